@@ -1,0 +1,199 @@
+"""Command line: `ampbench <stage>` (also `python -m ampbench`). One thin main per stage.
+
+    ampbench download                       # fetch and prepare CIFAR-10 (data.url in params.yaml)
+    ampbench train --parallel ddp --precision autocast
+    ampbench evaluate --parallel ddp --precision autocast
+    ampbench compare
+    ampbench variant --precision autocast   # download if needed, train, evaluate (MLproject)
+    ampbench bench --variants single-fp32,single-autocast
+
+Every stage reads params.yaml (``--params``) and accepts ``--set section.key=value`` overrides;
+the whole configuration is validated before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ampbench.config import PARALLELS, PRECISIONS, ConfigError, load_config
+
+log = logging.getLogger("ampbench")
+
+# Paths, written once here (dvc.yaml names the same ones).
+DATA_FILE = Path("data/prepared/cifar10.pt")
+RAW_DIR = Path("data/raw")
+MODELS_DIR = Path("models")
+REPORTS_DIR = Path("reports")
+VARIANTS = [f"{p}-{q}" for p in PARALLELS for q in PRECISIONS]
+EXIT_ERROR, EXIT_USAGE = 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--params", default="params.yaml", help="parameter file (default: %(default)s)")
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a parameter, e.g. --set train.epochs=1 (repeatable)")  # fmt: skip
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    variant = argparse.ArgumentParser(add_help=False)
+    variant.add_argument("--parallel", choices=PARALLELS, default="single", help="default: %(default)s")
+    variant.add_argument("--precision", choices=PRECISIONS, default="fp32", help="default: %(default)s")
+
+    p = argparse.ArgumentParser(prog="ampbench", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = p.add_subparsers(dest="command", required=True, metavar="<stage>")
+    sub.add_parser("download", parents=[common], help="fetch and prepare the dataset")
+    t = sub.add_parser("train", parents=[common, variant], help="train one variant, every seed")
+    t.add_argument("--fresh", action="store_true",
+                   help="discard a checkpoint written by another configuration and start over")  # fmt: skip
+    sub.add_parser("evaluate", parents=[common, variant], help="evaluate one variant's models")
+    c = sub.add_parser("compare", parents=[common], help="compare variants side by side")
+    c.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
+    v = sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
+    v.add_argument("--epochs", default="", help="override train.epochs (empty: params.yaml)")
+    v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
+    v.add_argument("--seeds", default="", help="override train.seeds, e.g. 0,1 (empty: params.yaml)")
+    b = sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
+    b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
+    b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
+    b.add_argument("--steps", type=int, default=50, help="timed steps per measurement")
+    b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
+    b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
+    b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
+        if "RANK" in os.environ else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )  # fmt: skip
+    try:
+        overrides = list(args.overrides) + _variant_overrides(args)
+        cfg = load_config(args.params, overrides)
+        return COMMANDS[args.command](cfg, args, argv)
+    except ConfigError as err:
+        log.error("%s", err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    except Exception as err:
+        from ampbench import checkpoint, data, engine, tracking, train
+
+        known = (data.DataError, tracking.TrackingError, train.ResumeError, checkpoint.CheckpointError,
+                 FileNotFoundError, ValueError)  # fmt: skip
+        if isinstance(err, engine.Stopped):
+            log.error("%s", err)
+            return 143
+        if isinstance(err, known) and not args.verbose:
+            log.error("%s", err)
+            return EXIT_ERROR
+        raise
+
+
+def _variant_overrides(args) -> list[str]:
+    out = []
+    for flag, key in (
+        ("epochs", "train.epochs"),
+        ("batch_size", "train.batch_size"),
+        ("seeds", "train.seeds"),
+    ):
+        value = str(getattr(args, flag, "") or "").strip()
+        if value:
+            out.append(f"{key}=[{value}]" if flag == "seeds" else f"{key}={value}")
+    return out
+
+
+def cmd_download(cfg, args, argv) -> int:
+    from ampbench import data
+
+    d = cfg.data
+    data.prepare(d.url, DATA_FILE, RAW_DIR, sha256=d.sha256, retries=d.retries, timeout_s=d.timeout_s,
+                 train_per_class=d.train_per_class, test_per_class=d.test_per_class)  # fmt: skip
+    return 0
+
+
+def cmd_train(cfg, args, argv) -> int:
+    from ampbench import launch, train
+
+    if args.parallel == "ddp" and "RANK" not in os.environ:
+        return launch.torchrun(argv, cfg, MODELS_DIR / f"ddp-{args.precision}")
+    stop = train.StopFlag()
+    results = launch.record(train.train_variant)(
+        cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop
+    )
+    for r in results:
+        log.info("seed %s: test accuracy %.4f, %.0f images/s, diverged=%s, run %s", r["seed"],
+                 r["final_test_accuracy"], r["images_per_second"], r["diverged"], r["run_id"])  # fmt: skip
+    return 0
+
+
+def cmd_evaluate(cfg, args, argv) -> int:
+    from ampbench import data, evaluate, tracking
+
+    tracker = tracking.Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+    tracker.preflight()
+    variant = f"{args.parallel}-{args.precision}"
+    summary = evaluate.evaluate_variant(variant, cfg.train.seeds, MODELS_DIR, data.load_dataset(DATA_FILE),
+                                        REPORTS_DIR, tracker, cfg.tracking.log_model)  # fmt: skip
+    log.info("%s: test accuracy %.4f ± %.4f over %d seeds", variant, summary["test_accuracy"],
+             summary["test_accuracy_std"], len(summary["seeds"]))  # fmt: skip
+    if tracker.parent_run_id:  # under `mlflow run`: the entry point's run gets the summary
+        keys = ("test_accuracy", "test_accuracy_std", "images_per_second", "train_seconds")
+        tracker.log_metrics(tracker.parent_run_id, {k: summary[k] for k in keys})
+    return 0
+
+
+def cmd_compare(cfg, args, argv) -> int:
+    from ampbench import compare, tracking
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    tracker = tracking.Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+    tracker.preflight()
+    rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR)
+    print((REPORTS_DIR / "comparison.md").read_text())
+    run_id = tracker.start("compare", {"stage": "compare"}, {"variants": ",".join(variants)})
+    for name in ("comparison.md", "comparison.csv", "comparison.png"):
+        tracker.log_artifact(run_id, REPORTS_DIR / name)
+    for r in rows:
+        tracker.log_metrics(run_id, {f"speedup_{r['variant']}": r["speedup"],
+                                     f"test_accuracy_{r['variant']}": r["test_accuracy_mean"]})  # fmt: skip
+    tracker.end(run_id, "FINISHED")
+    return 0
+
+
+def cmd_variant(cfg, args, argv) -> int:
+    """The MLproject entry point: everything one variant needs, in one command."""
+    base = ["--params", args.params, *sum((["--set", o] for o in _all_overrides(args)), [])]
+    if not DATA_FILE.exists():
+        code = main(["download", *base])
+        if code:
+            return code
+    v = ["--parallel", args.parallel, "--precision", args.precision]
+    return main(["train", *v, *base]) or main(["evaluate", *v, *base])
+
+
+def _all_overrides(args) -> list[str]:
+    return list(args.overrides) + _variant_overrides(args)
+
+
+def cmd_bench(cfg, args, argv) -> int:
+    from ampbench import bench
+
+    bench.main(cfg, args, DATA_FILE)
+    return 0
+
+
+COMMANDS = {"download": cmd_download, "train": cmd_train, "evaluate": cmd_evaluate,
+            "compare": cmd_compare, "variant": cmd_variant, "bench": cmd_bench}  # fmt: skip

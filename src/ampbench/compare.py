@@ -1,0 +1,140 @@
+"""Stage `compare`: the nine variants side by side, mean ± std over seeds.
+
+    ampbench compare
+
+Reads ``reports/metrics/<variant>.json`` (written by evaluate) and writes
+``reports/comparison.{md,csv,png}``: test accuracy, train seconds, images/s and peak memory, the
+speed-up against ``single-fp32``, whether each accuracy difference against ``single-fp32`` is
+statistically meaningful (Welch's two-sample t-test over seeds, p < 0.05), devices really used,
+and diverged runs. The same table and chart are logged to MLflow in a run named ``compare``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import statistics
+from pathlib import Path
+
+from scipy import stats
+
+log = logging.getLogger(__name__)
+
+BASELINE = "single-fp32"
+ALPHA = 0.05
+COLUMNS = ("variant", "seeds", "diverged", "test_accuracy_mean", "test_accuracy_std",
+           "accuracy_delta", "p_value", "significant", "train_seconds_mean", "train_seconds_std",
+           "images_per_second_mean", "images_per_second_std", "speedup",
+           "peak_memory_mb_mean", "peak_memory_mb_std", "devices_used", "device_name",
+           "amp_dtype")  # fmt: skip
+
+
+def _ms(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(records: dict[str, dict]) -> list[dict]:
+    """One row per variant from the per-variant metrics files (``{variant: summary}``)."""
+    base = records.get(BASELINE)
+    base_acc = [r["test_accuracy"] for r in base["seeds"]] if base else []
+    base_ips = _ms([r["images_per_second"] for r in base["seeds"]])[0] if base else math.nan
+    rows = []
+    for variant, rec in records.items():
+        seeds = rec["seeds"]
+        row = {"variant": variant, "seeds": len(seeds), "diverged": sum(bool(s["diverged"]) for s in seeds)}
+        for key in ("test_accuracy", "train_seconds", "images_per_second", "peak_memory_mb"):
+            row[f"{key}_mean"], row[f"{key}_std"] = _ms([float(s[key]) for s in seeds])
+        acc = [s["test_accuracy"] for s in seeds]
+        row["accuracy_delta"] = (
+            row["test_accuracy_mean"] - statistics.fmean(base_acc) if base_acc else math.nan
+        )
+        row["p_value"] = _welch_p(acc, base_acc) if variant != BASELINE else math.nan
+        row["significant"] = (
+            "n/a" if math.isnan(row["p_value"]) else ("yes" if row["p_value"] < ALPHA else "no")
+        )
+        row["speedup"] = row["images_per_second_mean"] / base_ips if base_ips else math.nan
+        row["devices_used"] = ",".join(sorted({str(s["devices_used"]) for s in seeds}))
+        row["device_name"] = seeds[0].get("device_name", "")
+        row["amp_dtype"] = seeds[0].get("amp_dtype", "")
+        rows.append(row)
+    return rows
+
+
+def _welch_p(a: list[float], b: list[float]) -> float:
+    """Welch's t-test p-value; nan when either side has < 2 seeds or no variance at all."""
+    if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
+        return math.nan
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def _fmt(mean: float, std: float, digits: int) -> str:
+    return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def to_markdown(rows: list[dict]) -> str:
+    head = ("| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
+            "| train s | images/s | speed-up | peak MB | devices | amp dtype |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        p = "n/a" if math.isnan(r["p_value"]) else f"{r['p_value']:.3f}"
+        delta = "n/a" if math.isnan(r["accuracy_delta"]) else f"{r['accuracy_delta']:+.4f}"
+        lines.append(
+            f"| {r['variant']} | {r['seeds']} | {r['diverged']} "
+            f"| {_fmt(r['test_accuracy_mean'], r['test_accuracy_std'], 4)} | {delta} | {p} "
+            f"| {r['significant']} | {_fmt(r['train_seconds_mean'], r['train_seconds_std'], 1)} "
+            f"| {_fmt(r['images_per_second_mean'], r['images_per_second_std'], 0)} "
+            f"| {r['speedup']:.2f}x | {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
+            f"| {r['devices_used']} | {r['amp_dtype']} |"
+        )
+    device = rows[0]["device_name"] if rows else "?"
+    note = (f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
+            f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
+            f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
+            "Diverged runs are counted in their variant and included in its means.\n")  # fmt: skip
+    return "# Comparison of the variants\n\n" + "\n".join(lines) + "\n" + note
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["variant"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, key, label in ((axes[0], "images_per_second", "images / s (steady state)"),
+                           (axes[1], "test_accuracy", "test accuracy")):  # fmt: skip
+        means = [r[f"{key}_mean"] for r in rows]
+        stds = [r[f"{key}_std"] for r in rows]
+        colors = ["tab:red" if r["diverged"] else "tab:blue" for r in rows]
+        ax.barh(names, means, xerr=stds, color=colors, capsize=3)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    axes[1].set_yticklabels([])
+    fig.suptitle("Mean ± std over seeds (red: a seed diverged)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compare(metrics_dir: Path, variants: list[str], out_dir: Path) -> list[dict]:
+    records = {}
+    for v in variants:
+        f = metrics_dir / f"{v}.json"
+        if not f.exists():
+            raise FileNotFoundError(f"{f} missing: run `ampbench evaluate` for {v} first")
+        records[v] = json.loads(f.read_text())
+    rows = summarize(records)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "comparison.md").write_text(to_markdown(rows))
+    with open(out_dir / "comparison.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    chart(rows, out_dir / "comparison.png")
+    return rows

@@ -1,0 +1,243 @@
+"""Typed, frozen configuration loaded once from ``params.yaml``.
+
+``params.yaml`` is the one source of defaults. ``load_config`` reads it, applies ``--set key=value``
+overrides from the command line, and validates everything before any side effect: unknown keys,
+wrong types and out-of-range values are collected and reported together, each by its dotted key.
+
+    cfg = load_config("params.yaml", overrides=["train.epochs=1"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
+PARALLELS = ("single", "dp", "ddp")
+AMP_DTYPES = ("auto", "float16", "bfloat16")
+LOADERS = ("device", "dataloader")
+
+
+class ConfigError(ValueError):
+    """One or more invalid settings; the message lists every problem by dotted key."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    url: str = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    """Source: http(s) URL, file:// URL, local archive or ImageFolder folder."""
+    sha256: str = ""
+    """Optional sha256 of the source archive (the official URL is always MD5-checked)."""
+    train_per_class: int = 0
+    """Class-balanced train subset for quick runs; 0 keeps all 5,000 per class."""
+    test_per_class: int = 0
+    """Class-balanced test subset; 0 keeps all 1,000 per class."""
+    retries: int = 3
+    """Download attempts before giving up."""
+    timeout_s: float = 60.0
+    """Network timeout of one download attempt, seconds."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    fc_dim: int = 4096
+    """Width of AlexNet's two hidden fully connected layers (tests shrink it)."""
+    batch_norm: bool = True
+    """BatchNorm after each convolution (stabilises large-batch and fp16 training)."""
+    dropout: float = 0.5
+    """Dropout before the fully connected layers; 0 disables it."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 20
+    """Passes over the train set."""
+    batch_size: int = 512
+    """Global batch size, identical for every variant; DDP splits it across processes."""
+    lr: float = 0.2
+    """Peak learning rate of the one-cycle schedule."""
+    momentum: float = 0.9
+    """SGD (Nesterov) momentum."""
+    weight_decay: float = 5.0e-4
+    """L2 weight decay."""
+    label_smoothing: float = 0.1
+    """Cross-entropy label smoothing."""
+    warmup_fraction: float = 0.2
+    """Fraction of steps spent warming the learning rate up."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Each variant trains once per seed; results are reported as mean and std."""
+    amp_dtype: str = "auto"
+    """Autocast dtype: auto (float16 on CUDA, bfloat16 on CPU), float16 or bfloat16."""
+    loader: str = "device"
+    """device: uint8 data resident on the device, augmented there; dataloader: torch DataLoader."""
+    workers: int = 8
+    """DataLoader worker processes (loader: dataloader only)."""
+    eval_each_epoch: bool = True
+    """Measure test accuracy after every epoch (cheap with data on the device)."""
+    cuda_graph: bool = True
+    """Capture the training step in a CUDA graph when training on one CUDA device."""
+    channels_last: bool = True
+    """Use channels_last memory format on CUDA (faster convolutions on tensor cores)."""
+    ddp_cpu_workers: int = 2
+    """Processes a plain `--parallel ddp` start launches when no GPU is present."""
+    scale_floor: float = 1.0e-6
+    """A GradScaler scale below this counts as divergence (no learning happens any more)."""
+    stop_check_every: int = 20
+    """Steps between checks that all DDP ranks still want to run (SIGTERM handling)."""
+    collective_timeout_s: float = 300.0
+    """A hung DDP collective fails after this many seconds."""
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    experiment: str = "cifar10-amp"
+    """MLflow experiment name."""
+    log_model: bool = True
+    """Log the trained model to MLflow (in the evaluate stage)."""
+    preflight_timeout_s: float = 5.0
+    """How long to wait for a remote tracking server before failing."""
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def flat(self) -> dict[str, object]:
+        """The whole config as {dotted.key: value}, for logging as MLflow params."""
+        return {
+            f"{s.name}.{f.name}": getattr(getattr(self, s.name), f.name)
+            for s in fields(self)
+            for f in fields(getattr(self, s.name))
+        }
+
+    def digest(self, exclude: tuple[str, ...] = ("tracking.", "data.retries", "data.timeout_s")) -> str:
+        """Hash of everything that changes what training computes (for safe resume)."""
+        flat = {k: v for k, v in self.flat().items() if not k.startswith(exclude)}
+        return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_value(key: str, value: object, hint: object, problems: list[str]) -> object:
+    """Coerce/validate one value against its annotation; append a message on failure."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not value:
+            problems.append(f"{key}: expected a non-empty list, got {value!r}")
+            return value
+        return tuple(_check_value(f"{key}[{i}]", v, int, problems) for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
+        problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build(cls: type, raw: object, prefix: str, problems: list[str]):
+    if not isinstance(raw, dict):
+        problems.append(f"{prefix}: expected a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            problems.append(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+    values = {}
+    for f in fields(cls):
+        if f.name in raw:
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                values[f.name] = _build(hint, raw[f.name], f"{prefix}{f.name}.", problems)
+            else:
+                values[f.name] = _check_value(prefix + f.name, raw[f.name], hint, problems)
+    return cls(**values)
+
+
+def _ranges(cfg: Config) -> list[str]:
+    t, d, m = cfg.train, cfg.data, cfg.model
+    rules = [
+        ("train.epochs", t.epochs >= 1, "must be >= 1"),
+        ("train.batch_size", t.batch_size >= 1, "must be >= 1"),
+        ("train.lr", t.lr > 0, "must be > 0"),
+        ("train.momentum", 0 <= t.momentum < 1, "must be in [0, 1)"),
+        ("train.weight_decay", t.weight_decay >= 0, "must be >= 0"),
+        ("train.label_smoothing", 0 <= t.label_smoothing < 1, "must be in [0, 1)"),
+        ("train.warmup_fraction", 0 < t.warmup_fraction < 1, "must be in (0, 1)"),
+        ("train.seeds", len(set(t.seeds)) == len(t.seeds), "must not repeat a seed"),
+        ("train.amp_dtype", t.amp_dtype in AMP_DTYPES, f"must be one of {', '.join(AMP_DTYPES)}"),
+        ("train.loader", t.loader in LOADERS, f"must be one of {', '.join(LOADERS)}"),
+        ("train.workers", t.workers >= 0, "must be >= 0"),
+        ("train.ddp_cpu_workers", t.ddp_cpu_workers >= 1, "must be >= 1"),
+        ("train.scale_floor", t.scale_floor > 0, "must be > 0"),
+        ("train.stop_check_every", t.stop_check_every >= 1, "must be >= 1"),
+        ("train.collective_timeout_s", t.collective_timeout_s > 0, "must be > 0"),
+        ("data.url", bool(d.url.strip()), "must not be empty"),
+        ("data.train_per_class", d.train_per_class >= 0, "must be >= 0 (0 = all)"),
+        ("data.test_per_class", d.test_per_class >= 0, "must be >= 0 (0 = all)"),
+        ("data.retries", d.retries >= 1, "must be >= 1"),
+        ("data.timeout_s", d.timeout_s > 0, "must be > 0"),
+        ("model.fc_dim", m.fc_dim >= 1, "must be >= 1"),
+        ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),
+        ("tracking.experiment", bool(cfg.tracking.experiment.strip()), "must not be empty"),
+        ("tracking.preflight_timeout_s", cfg.tracking.preflight_timeout_s > 0, "must be > 0"),
+    ]
+    return [f"{key}: {value!r} {why}" for key, ok, why in rules if not ok for value in [_get(cfg, key)]]
+
+
+def _get(cfg: Config, dotted: str) -> object:
+    section, name = dotted.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
+    key, sep, text = item.partition("=")
+    if not sep or "." not in key:
+        problems.append(f"--set {item!r}: expected section.key=value, e.g. train.epochs=1")
+        return
+    section, name = key.strip().split(".", 1)
+    raw.setdefault(section, {})
+    if isinstance(raw[section], dict):
+        raw[section][name] = yaml.safe_load(text) if text.strip() else ""
+
+
+def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
+    """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    raw.pop("variants", None)  # the DVC matrix axes, read by dvc.yaml only
+    for item in overrides:
+        _apply_override(raw, item, problems)
+    cfg = _build(Config, raw, "", problems)
+    if not problems:
+        problems = _ranges(cfg)
+    if problems:
+        lines = "\n  ".join(problems)
+        raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
+    return cfg
+
+
+def replace(cfg: Config, **sections: dict) -> Config:
+    """A copy of cfg with some fields of some sections changed: replace(cfg, train={'epochs': 1})."""
+    return dataclasses.replace(
+        cfg, **{s: dataclasses.replace(getattr(cfg, s), **v) for s, v in sections.items()}
+    )

@@ -1,0 +1,258 @@
+"""The training core: one loop for all nine precision x parallel variants. Imports no mlflow.
+
+``train_seed`` trains one seed. Precision and parallelism arrive as small strategy objects, so the
+step has no per-variant branches. The hot loop never syncs the host: loss, accuracy, non-finite
+losses and GradScaler skips accumulate in one device tensor that is read once per epoch. On one
+CUDA device the whole step (forward, backward, scaler, fused SGD) is replayed from a CUDA graph.
+
+Whatever happens, ``hooks`` hears about it (rank 0 records it in MLflow) and a checkpoint is
+written atomically at every epoch end, so a crash loses at most the current epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ampbench import checkpoint, loader, precision
+from ampbench.config import Config
+from ampbench.model import AlexNet
+
+log = logging.getLogger(__name__)
+
+# Layout of the per-epoch device accumulator.
+LOSS, CORRECT, COUNT, NONFINITE, SKIPPED, FIRST_BAD, STEP = range(7)
+GRAPH_WARMUP_STEPS = 3
+
+
+class Stopped(Exception):
+    """Training stopped on request (SIGTERM / Ctrl-C) after saving a checkpoint."""
+
+
+@dataclass
+class Job:
+    cfg: Config
+    precision: precision.Precision
+    strategy: object  # a parallel strategy
+    data: dict
+    seed: int
+    checkpoint_path: Path
+    stop_requested: Callable[[], bool] = lambda: False
+
+
+class NullHooks:
+    def on_epoch(self, epoch: int, metrics: dict) -> None:
+        pass
+
+
+def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Module:
+    model = AlexNet(cfg.model, num_classes).to(device)
+    if device.type == "cuda" and cfg.train.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+class Step:
+    """One training step, run eagerly or replayed from a captured CUDA graph."""
+
+    def __init__(self, model, opt, scaler, criterion, stats, device, use_graph):
+        self.model, self.opt, self.scaler, self.criterion = model, opt, scaler, criterion
+        self.stats, self.device, self.use_graph = stats, device, use_graph
+        self.graph, self.calls = None, 0
+
+    def _run(self, images, labels) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        out = self.model(images)
+        loss = self.criterion(out, labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        before = precision.scale_tensor(self.scaler, self.device).clone()
+        self.scaler.update()
+        with torch.no_grad():
+            s, bad = self.stats, ~torch.isfinite(loss)
+            s[LOSS] += torch.where(bad, 0.0, loss.detach().double()) * len(labels)
+            s[CORRECT] += (out.argmax(1) == labels).sum()
+            s[COUNT] += len(labels)
+            s[NONFINITE] += bad
+            s[SKIPPED] += precision.scale_tensor(self.scaler, self.device) < before
+            s[FIRST_BAD] = torch.where(bad & (s[FIRST_BAD] < 0), s[STEP], s[FIRST_BAD])
+            s[STEP] += 1
+
+    def __call__(self, images, labels) -> None:
+        self.calls += 1
+        if not self.use_graph:
+            return self._run(images, labels)
+        if self.graph is None and self.calls <= GRAPH_WARMUP_STEPS:
+            # Warm-up on a side stream before capture, as CUDA graphs require (real steps).
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._run(images, labels)
+            torch.cuda.current_stream().wait_stream(side)
+            return None
+        if self.graph is None:
+            self.static = (images.clone(), labels.clone())
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._run(*self.static)
+        self.static[0].copy_(images)
+        self.static[1].copy_(labels)
+        self.graph.replay()
+        return None
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch=2048) -> float:
+    """Top-1 accuracy of ``model`` (in eval mode) on uint8 images already on its device."""
+    was_training = model.training
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=images.device)
+    for x, y in zip(images.split(batch), labels.split(batch)):
+        correct += (model(x).argmax(1) == y).sum()
+    model.train(was_training)
+    return correct.item() / max(1, len(labels))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak device memory on CUDA; peak resident memory of this process on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
+    """Train one seed; return the result summary. Raises Stopped after a requested stop."""
+    cfg, t, strategy, hooks = job.cfg, job.cfg.train, job.strategy, hooks or NullHooks()
+    device = strategy.device
+    torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
+    raw_model = build_model(cfg, len(job.data["classes"]), device)
+    scaler, facts = precision.apply(job.precision, raw_model, device, t.amp_dtype)
+    model = strategy.wrap(raw_model)
+    use_graph = t.cuda_graph and device.type == "cuda" and strategy.name == "single"
+    facts["cuda_graph_used"] = use_graph
+    cuda = device.type == "cuda"
+    opt = torch.optim.SGD(
+        raw_model.parameters(),
+        lr=torch.tensor(t.lr, device=device) if use_graph else t.lr,
+        momentum=t.momentum,
+        nesterov=t.momentum > 0,
+        weight_decay=t.weight_decay,
+        fused=cuda or None,
+    )
+    batches = loader.make(t.loader, job.data, t.batch_size, strategy, job.seed, t.workers)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, t.lr, total_steps=t.epochs * len(batches), pct_start=t.warmup_fraction,
+        cycle_momentum=False,
+    )  # fmt: skip
+    state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
+    if resume:
+        raw_model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        scaler.load_state_dict(resume["scaler"])
+        state.update({k: resume[k] for k in ("epoch", "step", "history", "stats")})
+        if use_graph:  # a captured graph reads the learning rate from a device tensor
+            for group in opt.param_groups:
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        log.info("resuming seed %d at epoch %d step %d", job.seed, state["epoch"], state["step"])
+    criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
+    stats = torch.zeros(7, dtype=torch.float64, device=device)
+    step = Step(model, opt, scaler, criterion, stats, device, use_graph)
+    test_x = job.data["test_images"].to(device)
+    test_y = job.data["test_labels"].to(device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    result = {"diverged": False, **facts, **strategy.facts()}
+
+    def save(epoch: int, step_in_epoch: int, partial) -> None:
+        if strategy.is_main:
+            state.update(epoch=epoch, step=step_in_epoch, stats=partial)
+            checkpoint.save(
+                {
+                    **state, "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
+                    "rng_cpu": torch.get_rng_state(), "seed": job.seed,
+                },
+                job.checkpoint_path,
+            )  # fmt: skip
+
+    for epoch in range(state["epoch"], t.epochs):
+        first = state["step"] if epoch == state["epoch"] else 0
+        torch.manual_seed(job.seed * 1000 + epoch * 10 + strategy.rank)  # dropout, per rank
+        stats.zero_()
+        stats[FIRST_BAD] = -1
+        if first and state["stats"] is not None:
+            stats.copy_(torch.as_tensor(state["stats"], dtype=torch.float64))
+        model.train()
+        _sync(device)
+        t0 = time.perf_counter()
+        bar = tqdm(
+            batches.epoch(epoch, first), total=len(batches), initial=first, leave=False,
+            desc=f"seed {job.seed} epoch {epoch + 1}/{t.epochs}", disable=not strategy.is_main,
+        )  # fmt: skip
+        for i, (images, labels) in enumerate(bar, start=first):
+            step(images, labels)
+            sched.step()
+            check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0
+            if check and strategy.any(job.stop_requested()):
+                save(epoch, i + 1, stats.tolist())
+                raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
+        _sync(device)
+        seconds = time.perf_counter() - t0
+        s = strategy.all_sum(stats.clone())
+        s[FIRST_BAD] = stats[FIRST_BAD]
+        loss_sum, correct, count, nonfinite, skipped, first_bad, _ = s.tolist()
+        weights_ok = bool(torch.stack([p.isfinite().all() for p in raw_model.parameters()]).all())
+        scale = float(precision.scale_tensor(scaler, device))
+        metrics = {
+            "train_loss": loss_sum / max(1, count - nonfinite),
+            "train_accuracy": correct / max(1, count),
+            "epoch_seconds": seconds,
+            "images_per_second": count / seconds,
+            "lr": sched.get_last_lr()[0],
+            "grad_scale": scale,
+            "skipped_steps": skipped,
+            "nonfinite_losses": nonfinite,
+        }
+        if t.eval_each_epoch or epoch == t.epochs - 1:
+            metrics["test_accuracy"] = accuracy(raw_model, test_x, test_y)
+        diverged = (
+            not weights_ok
+            or (nonfinite > 0 and not scaler.is_enabled())
+            or (scaler.is_enabled() and scale < t.scale_floor)
+        )
+        state["history"].append({"epoch": epoch + 1, **metrics})
+        if diverged:
+            at = int(first_bad) if first_bad >= 0 else len(batches) - 1
+            result.update(diverged=True, diverged_epoch=epoch + 1, diverged_step=at)
+            log.warning("seed %d diverged at epoch %d step %d", job.seed, epoch + 1, at)
+        save(epoch + 1, 0, None)
+        hooks.on_epoch(epoch + 1, metrics)
+        if diverged:
+            break
+    hist = state["history"]
+    steady = hist[1:] or hist
+    result.update(
+        epochs_completed=len(hist),
+        train_seconds=sum(h["epoch_seconds"] for h in hist),
+        first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
+        images_per_second=sum(h["images_per_second"] for h in steady) / max(1, len(steady)),
+        peak_memory_mb=peak_memory_mb(device),
+        final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
+        final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
+    )
+    return {"result": result, "history": hist, "state_dict": raw_model.state_dict()}

@@ -1,0 +1,164 @@
+"""Stage `evaluate@<parallel>-<precision>`: score each seed's model on the full test set.
+
+    ampbench evaluate --parallel single --precision autocast
+
+Loads ``model.pt`` with ``weights_only=True``, predicts in the variant's own precision, and logs
+into the same MLflow run as the training: test accuracy, per-class accuracy, precision / recall /
+F1 (scikit-learn), the confusion matrix as a labelled PNG and a JSON table, and the model. Writes
+DVC metrics (``reports/metrics/<variant>.json``) and plot data (``reports/plots/<variant>/``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
+
+from ampbench import checkpoint, precision
+from ampbench.config import ModelConfig
+from ampbench.model import AlexNet
+
+log = logging.getLogger(__name__)
+
+# Training results carried from model.pt into the metrics file (what `compare` summarises).
+TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak_memory_mb",
+              "diverged", "devices_used", "world_size", "device_name", "amp_dtype",
+              "cuda_graph_used", "epochs_completed")  # fmt: skip
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, images: torch.Tensor, batch: int = 2048) -> torch.Tensor:
+    model.eval()
+    return torch.cat([model(x).argmax(1) for x in images.split(batch)]).cpu()
+
+
+def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    saved = checkpoint.load(path)
+    model = AlexNet(ModelConfig(**saved["config"]["model"]), len(saved["classes"]))
+    model.load_state_dict(saved["state_dict"])
+    model.to(device)
+    precision.apply(
+        precision.PRECISIONS[precision_name], model, device, saved["config"]["train"]["amp_dtype"]
+    )
+    return model, saved
+
+
+def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], dict]:
+    """Metrics dict (MLflow names), confusion matrix, and scikit-learn's full report."""
+    cm = confusion_matrix(labels, preds, labels=list(range(len(classes))))
+    report = classification_report(labels, preds, labels=list(range(len(classes))),
+                                   target_names=classes, output_dict=True, zero_division=0)  # fmt: skip
+    metrics = {
+        "test_accuracy": accuracy_score(labels, preds),
+        "precision_macro": report["macro avg"]["precision"],
+        "recall_macro": report["macro avg"]["recall"],
+        "f1_macro": report["macro avg"]["f1-score"],
+    }
+    for i, name in enumerate(classes):
+        metrics[f"class_accuracy_{name}"] = cm[i, i] / max(1, cm[i].sum())
+    return metrics, cm.tolist(), report
+
+
+def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    fig, ax = plt.subplots(figsize=(8, 7))
+    ConfusionMatrixDisplay(torch.tensor(cm).numpy(), display_labels=classes).plot(
+        ax=ax, xticks_rotation=45, colorbar=False, values_format="d"
+    )
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path,
+                     tracker=None, log_model: bool = False) -> dict:  # fmt: skip
+    """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics."""
+    precision_name = variant.split("-", 1)[1]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    classes = list(dataset["classes"])
+    images, labels = dataset["test_images"].to(device), dataset["test_labels"]
+    per_seed, curves, confusion_rows = [], [], []
+    for seed in seeds:
+        path = models_dir / variant / f"seed-{seed}" / "model.pt"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
+        model, saved = load_model(path, precision_name, device)
+        preds = predict(model, images)
+        metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
+        run_id = saved["run_id"]
+        if tracker is not None:
+            _log_to_run(
+                tracker,
+                run_id,
+                variant,
+                seed,
+                metrics,
+                cm,
+                report,
+                classes,
+                model,
+                log_model,
+                saved["config"],
+            )
+        per_seed.append({"seed": seed, "run_id": run_id, **metrics,
+                         **{k: saved["result"].get(k) for k in TRAIN_KEYS}})  # fmt: skip
+        curves += [{"seed": seed, **h} for h in saved["history"]]
+        if not confusion_rows:  # DVC's confusion template: one row per sample (first seed)
+            confusion_rows = [{"actual": classes[a], "predicted": classes[p]}
+                              for a, p in zip(labels.tolist(), preds.tolist())]  # fmt: skip
+    summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
+    _write(reports_dir, variant, summary, curves, confusion_rows)
+    return summary
+
+
+def _mean_std(per_seed: list[dict]) -> dict:
+    out = {}
+    for key in ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb"):
+        values = [float(r[key]) for r in per_seed if r.get(key) is not None]
+        out[key] = statistics.fmean(values) if values else None
+        out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    out["diverged_runs"] = sum(bool(r.get("diverged")) for r in per_seed)
+    return out
+
+
+def _log_to_run(tracker, run_id, variant, seed, metrics, cm, report, classes, model, log_model, model_config):
+    tracker.log_metrics(run_id, metrics)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        confusion_png(cm, classes, f"{variant} seed {seed}: confusion matrix", tmp / "confusion_matrix.png")
+        (tmp / "confusion_matrix.json").write_text(json.dumps({"classes": classes, "matrix": cm}))
+        (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
+        for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
+            tracker.log_artifact(run_id, tmp / name, "evaluation")
+    if log_model:  # plain weights + config: loads with torch.load(weights_only=True), runs no code
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
+                        "config": model_config, "classes": classes}, path)  # fmt: skip
+            tracker.log_artifact(run_id, path, "model")
+
+
+def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], confusion: list[dict]):
+    metrics_file = reports_dir / "metrics" / f"{variant}.json"
+    metrics_file.parent.mkdir(parents=True, exist_ok=True)
+    metrics_file.write_text(json.dumps(summary, indent=2) + "\n")
+    plots = reports_dir / "plots" / variant
+    plots.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("curves.csv", curves), ("confusion.csv", confusion)):
+        with open(plots / name, "w", newline="") as f:
+            fieldnames = list(dict.fromkeys(k for row in rows for k in row))
+            writer = csv.DictWriter(f, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)

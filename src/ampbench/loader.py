@@ -1,0 +1,118 @@
+"""Training batches: device-resident uint8 data augmented on the device, or a torch DataLoader.
+
+``DeviceLoader`` (the default) keeps the prepared uint8 dataset on the training device and, once
+per epoch, shuffles it and applies a per-image random crop (zero padding 4) and horizontal flip
+in a few batched ops: no worker processes, no per-batch host work. ``TorchLoader`` is the
+tutorial's pipeline (DataLoader workers, PIL-based torchvision transforms) for comparison.
+
+Both are deterministic in (seed, epoch), cut every global batch into contiguous per-rank slices
+(so DDP with B/W per rank sees exactly the samples one process sees with B), drop the last
+partial batch (static shapes), and can start mid-epoch for resume.
+"""
+
+from __future__ import annotations
+
+import torch
+import torchvision.transforms.v2 as T
+from PIL import Image
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 100_003 + epoch)
+
+
+def random_crop_flip(images: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """Per-image random crop of a zero-padded copy, then random horizontal flip, batched."""
+    n, _, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(images.device)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(images.device)
+    flip = torch.rand(n, generator=gen).to(images.device) < 0.5
+    rows = dy[:, None] + torch.arange(h, device=images.device)  # (n, h)
+    cols = dx[:, None] + torch.arange(w, device=images.device)  # (n, w)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    idx = torch.arange(n, device=images.device)[:, None, None]
+    # Advanced indexing puts the indexed dims first: (n, h, w, c) -> back to (n, c, h, w).
+    out = padded[idx, :, rows[:, :, None], cols[:, None, :]]
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+class DeviceLoader:
+    """Yields (uint8 images, int64 labels) of this rank's slice of each global batch."""
+
+    def __init__(self, images, labels, global_batch, rank, world_size, device, seed, chunk=8192):
+        self.images = images.to(device)
+        self.labels = labels.to(device)
+        self.global_batch, self.rank, self.world = global_batch, rank, world_size
+        self.local = global_batch // world_size
+        self.seed, self.chunk = seed, chunk
+
+    def __len__(self) -> int:
+        return len(self.labels) // self.global_batch
+
+    def epoch(self, epoch: int, start_step: int = 0):
+        gen = epoch_generator(self.seed, epoch)
+        order = torch.randperm(len(self.labels), generator=gen)[: len(self) * self.global_batch]
+        mine = order.view(len(self), self.world, self.local)[:, self.rank].reshape(-1)
+        mine = mine.to(self.images.device)
+        # Augment in chunks so peak memory stays bounded on large datasets.
+        parts = [random_crop_flip(self.images[i], gen) for i in mine.split(self.chunk)]
+        images, labels = torch.cat(parts), self.labels[mine]
+        for step in range(start_step, len(self)):
+            s = slice(step * self.local, (step + 1) * self.local)
+            yield images[s], labels[s]
+
+
+class _PilDataset(torch.utils.data.Dataset):
+    def __init__(self, images, labels, transform):
+        self.images, self.labels, self.transform = (
+            images.permute(0, 2, 3, 1).contiguous().numpy(),
+            labels,
+            transform,
+        )
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.transform(Image.fromarray(self.images[i])), self.labels[i]
+
+
+class TorchLoader(DeviceLoader):
+    """The tutorial's input pipeline: DataLoader workers with PIL transforms."""
+
+    def __init__(self, images, labels, global_batch, rank, world_size, device, seed, workers=8):
+        self.device = device
+        transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.PILToTensor()])
+        self.dataset = _PilDataset(images, labels, transform)
+        self.labels = labels
+        self.global_batch, self.rank, self.world = global_batch, rank, world_size
+        self.local = global_batch // world_size
+        self.seed, self.workers = seed, workers
+
+    def epoch(self, epoch: int, start_step: int = 0):
+        gen = epoch_generator(self.seed, epoch)
+        order = torch.randperm(len(self.labels), generator=gen)[: len(self) * self.global_batch]
+        mine = order.view(len(self), self.world, self.local)[:, self.rank, :]
+        loader = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=mine[start_step:].tolist(),
+            num_workers=self.workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=False,
+        )
+        for images, labels in loader:
+            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+
+
+def make(kind: str, data: dict, global_batch: int, strategy, seed: int, workers: int):
+    """The loader named by ``train.loader`` for this rank."""
+    n = len(data["train_labels"])
+    if global_batch > n:
+        raise ValueError(
+            f"train.batch_size={global_batch} is larger than the train set ({n} images); "
+            "lower train.batch_size or raise data.train_per_class"
+        )
+    args = (data["train_images"], data["train_labels"], global_batch)
+    args += (strategy.rank, strategy.world_size, strategy.device, seed)
+    return DeviceLoader(*args) if kind == "device" else TorchLoader(*args, workers=workers)

@@ -1,0 +1,185 @@
+"""The three parallel strategies: ``single``, ``dp`` (DataParallel) and ``ddp`` (DDP).
+
+Each strategy sets up its processes, picks the device, wraps the model and derives the
+per-process batch from the global batch (the invariant across variants). When a strategy
+cannot use the devices it needs (DP without two GPUs, DDP on CPU processes) it still runs, warns,
+and reports the devices it really used, so no speed-up is claimed that did not happen.
+
+DDP processes are started by torchrun; see ``ampbench.launch``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+class Single:
+    """One process, one device."""
+
+    name = "single"
+    rank = 0
+    local_rank = 0
+    world_size = 1
+
+    def __init__(self, collective_timeout_s: float = 300.0) -> None:
+        self.timeout = datetime.timedelta(seconds=collective_timeout_s)
+        self.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def setup(self) -> torch.device:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+        return self.device
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def per_process_batch(self, global_batch: int) -> int:
+        return global_batch
+
+    def devices_used(self) -> int:
+        return 1
+
+    def any(self, flag: bool) -> bool:
+        """True if any process says True (all processes must call it together)."""
+        return flag
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum a tensor over processes (in place); identity for one process."""
+        return t
+
+    def barrier(self) -> None:
+        pass
+
+    def teardown(self) -> None:
+        pass
+
+    def facts(self) -> dict[str, object]:
+        cuda = self.device.type == "cuda"
+        return {
+            "world_size": self.world_size,
+            "devices_used": self.devices_used(),
+            "device_type": self.device.type,
+            "device_name": torch.cuda.get_device_name(self.device) if cuda else _cpu_name(),
+        }
+
+
+class DataParallel(Single):
+    """nn.DataParallel over every visible GPU; it splits the global batch itself."""
+
+    name = "dp"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        if self.devices_used() < 2:
+            log.warning(
+                "dp: %d GPU(s) visible; DataParallel needs 2+ to split work, so this run is "
+                "effectively single-device (recorded as devices_used=%d)",
+                torch.cuda.device_count(),
+                self.devices_used(),
+            )
+        return nn.DataParallel(model) if self.device.type == "cuda" else model
+
+    def devices_used(self) -> int:
+        return max(1, torch.cuda.device_count()) if self.device.type == "cuda" else 1
+
+
+class Distributed(Single):
+    """DistributedDataParallel, one process per device, started by torchrun."""
+
+    name = "ddp"
+
+    def __init__(self, collective_timeout_s: float = 300.0) -> None:
+        super().__init__(collective_timeout_s)
+        if "RANK" not in os.environ:
+            raise RuntimeError("ddp needs torchrun's environment; start it via `ampbench train`")
+        self.rank = int(os.environ["RANK"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+
+    def setup(self) -> torch.device:
+        cuda = torch.cuda.is_available()
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+        if cuda and local_world > torch.cuda.device_count():
+            raise RuntimeError(
+                f"ddp: {local_world} processes on this node but only {torch.cuda.device_count()} "
+                "GPU(s); start at most one process per GPU (torchrun --nproc-per-node)"
+            )
+        if cuda:
+            super().setup()
+        backend = "nccl" if cuda else "gloo"
+        dist.init_process_group(backend, timeout=self.timeout, device_id=self.device if cuda else None)
+        if not cuda and self.is_main:
+            log.warning(
+                "ddp: no GPU; %d CPU processes on gloo share this machine's cores, so this "
+                "measures correctness, not a speed-up",
+                self.world_size,
+            )
+        return self.device
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        ids = [self.local_rank] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def per_process_batch(self, global_batch: int) -> int:
+        if global_batch % self.world_size:
+            raise ValueError(
+                f"train.batch_size={global_batch} does not divide by the DDP world size "
+                f"{self.world_size}; choose a multiple of {self.world_size}"
+            )
+        return global_batch // self.world_size
+
+    def devices_used(self) -> int:
+        return self.world_size
+
+    def any(self, flag: bool) -> bool:
+        t = torch.tensor([float(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t)
+        return t
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def teardown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+STRATEGIES = {s.name: s for s in (Single, DataParallel, Distributed)}
+
+
+def make(name: str, collective_timeout_s: float = 300.0) -> Single:
+    return STRATEGIES[name](collective_timeout_s)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The raw model under a DataParallel / DDP wrapper."""
+    return (
+        model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+    )
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"cpu ({os.cpu_count()} cores)"

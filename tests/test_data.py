@@ -1,0 +1,435 @@
+"""Tests for ampbench.data: download, verification, safe extraction, readers and subsets.
+
+Everything runs against tiny archives built in tmp_path and served from 127.0.0.1, so no network
+is needed. The official-URL path is exercised by pointing CIFAR10_URL/CIFAR10_MD5 at the fake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import pickle
+import socket
+import tarfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+from ampbench import data
+
+TRAIN_PER_BATCH, N_TEST = 20, 30  # 5 batches -> 100 train images, 10 per class
+# The tests encode images with torchvision.io, which warns that it prefers torchcodec.
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch):
+    monkeypatch.setattr(data, "_BACKOFF_S", 0.0)  # retries must not slow the suite down
+
+
+def _files_in(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _tar_gz(path: Path, folder: Path, arcname: str) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname=arcname)
+    return path
+
+
+# ---------------------------------------------------------------- fake CIFAR python archive
+def _cifar_batch(rng: np.random.Generator, n: int) -> dict:
+    labels = [i % 10 for i in range(n)]
+    rng.shuffle(labels)
+    # Same layout as the real batches once loaded with encoding="latin1" (which is what
+    # torchvision does): str keys, uint8 (n, 3072) rows in CHW order, list of int labels.
+    return {
+        "batch_label": "fake",
+        "labels": labels,
+        "data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+        "filenames": [f"img{i}.png" for i in range(n)],
+    }
+
+
+@pytest.fixture
+def cifar_dir(tmp_path, monkeypatch) -> tuple[Path, dict]:
+    """A folder holding a fake cifar-10-batches-py/, with torchvision's MD5 table patched to it."""
+    rng = np.random.default_rng(0)
+    batches_dir = tmp_path / "cifar-src" / "cifar-10-batches-py"
+    batches_dir.mkdir(parents=True)
+    batches = {f"data_batch_{i}": _cifar_batch(rng, TRAIN_PER_BATCH) for i in range(1, 6)}
+    batches["test_batch"] = _cifar_batch(rng, N_TEST)
+    meta = {"label_names": list(data.CIFAR10_CLASSES), "num_cases_per_batch": TRAIN_PER_BATCH}
+    md5 = {}
+    for name, content in [*batches.items(), ("batches.meta", meta)]:
+        raw = pickle.dumps(content, protocol=2)
+        (batches_dir / name).write_bytes(raw)
+        md5[name] = hashlib.md5(raw).hexdigest()
+    cls = torchvision.datasets.CIFAR10
+    train_list = [[f"data_batch_{i}", md5[f"data_batch_{i}"]] for i in range(1, 6)]
+    monkeypatch.setattr(cls, "train_list", train_list)
+    monkeypatch.setattr(cls, "test_list", [["test_batch", md5["test_batch"]]])
+    monkeypatch.setattr(cls, "meta", {**cls.meta, "md5": md5["batches.meta"]})
+    return tmp_path / "cifar-src", batches
+
+
+@pytest.fixture
+def cifar_tarball(cifar_dir, tmp_path) -> bytes:
+    path = _tar_gz(tmp_path / "cifar-10-python.tar.gz", cifar_dir[0] / "cifar-10-batches-py",
+                   "cifar-10-batches-py")  # fmt: skip
+    return path.read_bytes()
+
+
+# ---------------------------------------------------------------- fake ImageFolder tree
+def _image(value: int, size: int = 32) -> torch.Tensor:
+    return torch.full((3, size, size), value, dtype=torch.uint8)
+
+
+@pytest.fixture
+def image_folder(tmp_path) -> Path:
+    """mydata/{train,test}/<cifar class>/*.png (+ one jpg per class); pixel value encodes label."""
+    root = tmp_path / "imgs" / "mydata"
+    for split, n in (("train", 3), ("test", 2)):
+        for label, name in enumerate(data.CIFAR10_CLASSES):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                png = torchvision.io.encode_png(_image(label * 20 + i))
+                (folder / f"{i}.png").write_bytes(png.numpy().tobytes())
+            jpg = torchvision.io.encode_jpeg(_image(label * 20 + 10), quality=95)
+            (folder / "z.jpg").write_bytes(jpg.numpy().tobytes())
+    return root
+
+
+# ---------------------------------------------------------------- local HTTP server
+class _Server:
+    """State shared with the handler: files to serve, how many requests to spoil, and how."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.mode = "ok"  # "truncate" or "corrupt" for the first `bad_first` requests
+        self.bad_first = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.port = 0
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture
+def server():
+    state = _Server()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            with state.lock:
+                state.requests += 1
+                spoil = state.requests <= state.bad_first
+            body = state.files.get(self.path.lstrip("/"))
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if spoil and state.mode == "truncate":  # promise everything, deliver half, hang up
+                self.wfile.write(body[: len(body) // 2])
+                self.close_connection = True
+                return
+            if spoil and state.mode == "corrupt":  # same length, one byte flipped
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = httpd.server_port
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def official(server, cifar_tarball, monkeypatch) -> str:
+    """Serve the fake tarball as if it were the official URL, with its MD5 as the official MD5."""
+    server.files["cifar-10-python.tar.gz"] = cifar_tarball
+    url = server.url("cifar-10-python.tar.gz")
+    monkeypatch.setattr(data, "CIFAR10_URL", url)
+    monkeypatch.setattr(data, "CIFAR10_MD5", hashlib.md5(cifar_tarball).hexdigest())
+    return url
+
+
+# ---------------------------------------------------------------- end to end
+def test_prepare_official_archive_end_to_end(official, server, cifar_dir, tmp_path):
+    out, cache = tmp_path / "out" / "ds.pt", tmp_path / "cache"
+    summary = data.prepare(official, out, cache)
+    assert summary == {
+        "train": 5 * TRAIN_PER_BATCH,
+        "test": N_TEST,
+        "classes": list(data.CIFAR10_CLASSES),
+        "format": "cifar-python",
+    }
+    ds = data.load_dataset(out)
+    assert ds["classes"] == list(data.CIFAR10_CLASSES)
+    for split, n in (("train", 5 * TRAIN_PER_BATCH), ("test", N_TEST)):
+        images, labels = ds[f"{split}_images"], ds[f"{split}_labels"]
+        assert images.dtype == torch.uint8 and images.shape == (n, 3, 32, 32)
+        assert images.is_contiguous()
+        assert labels.dtype == torch.int64 and labels.shape == (n,)
+        assert torch.bincount(labels, minlength=10).tolist() == [n // 10] * 10
+    # Pixels and labels match the source rows, in order (batch 2's first row is sample 20).
+    batch2 = cifar_dir[1]["data_batch_2"]
+    want = torch.from_numpy(batch2["data"][0].reshape(3, 32, 32))
+    assert torch.equal(ds["train_images"][TRAIN_PER_BATCH], want)
+    assert ds["train_labels"][TRAIN_PER_BATCH].item() == batch2["labels"][0]
+    # A second run reuses the verified cached archive instead of downloading again.
+    data.prepare(official, out, cache)
+    assert server.requests == 1
+
+
+def test_prepare_balanced_subset(official, tmp_path):
+    out = tmp_path / "ds.pt"
+    summary = data.prepare(official, out, tmp_path / "cache", train_per_class=3, test_per_class=1)
+    assert (summary["train"], summary["test"]) == (30, 10)
+    ds = data.load_dataset(out)
+    assert torch.bincount(ds["train_labels"], minlength=10).tolist() == [3] * 10
+    assert torch.bincount(ds["test_labels"], minlength=10).tolist() == [1] * 10
+
+
+# ---------------------------------------------------------------- checksums and retries
+def test_corrupt_download_is_retried(official, server, tmp_path):
+    server.mode, server.bad_first = "corrupt", 1
+    path = data.fetch(official, tmp_path / "cache")
+    assert server.requests == 2
+    assert hashlib.md5(path.read_bytes()).hexdigest() == data.CIFAR10_MD5
+
+
+def test_always_corrupt_download_is_rejected(official, server, tmp_path):
+    server.mode, server.bad_first = "corrupt", 99
+    cache = tmp_path / "cache"
+    with pytest.raises(data.DataError, match=data.CIFAR10_MD5) as err:
+        data.fetch(official, cache, retries=3)
+    assert "mismatch" in str(err.value) and official in str(err.value)
+    assert server.requests == 3
+    assert list(cache.iterdir()) == []  # neither the final file nor a .part
+
+
+def test_truncated_download_is_retried_and_never_kept(server, tmp_path):
+    body = bytes(range(256)) * 1000
+    server.files["blob.bin"] = body
+    server.mode, server.bad_first = "truncate", 1
+    cache = tmp_path / "cache"
+    assert data.fetch(server.url("blob.bin"), cache).read_bytes() == body
+    assert server.requests == 2
+
+    server.bad_first = 99
+    with pytest.raises(data.DataError, match="short read"):
+        data.fetch(server.url("blob.bin"), tmp_path / "cache2", retries=2)
+    assert list((tmp_path / "cache2").iterdir()) == []
+
+
+def test_sha256_is_verified(server, tmp_path):
+    body = b"payload" * 100
+    good, wrong = hashlib.sha256(body).hexdigest(), "0" * 64
+    server.files["a.tar.gz"] = body
+    local = tmp_path / "a.tar.gz"
+    local.write_bytes(body)
+    assert data.fetch(server.url("a.tar.gz"), tmp_path / "c1", sha256=good).read_bytes() == body
+    assert data.fetch(str(local), tmp_path / "c2", sha256=good) == local  # used in place
+    assert data.fetch(local.as_uri(), tmp_path / "c2", sha256=good) == local
+    with pytest.raises(data.DataError, match=wrong):
+        data.fetch(str(local), tmp_path / "c2", sha256=wrong)
+    with pytest.raises(data.DataError, match=good):  # message shows the actual digest too
+        data.fetch(server.url("a.tar.gz"), tmp_path / "c3", sha256=wrong, retries=2)
+    assert list((tmp_path / "c3").iterdir()) == []
+
+
+def test_cached_file_with_bad_checksum_is_replaced(official, server, cifar_tarball, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "cifar-10-python.tar.gz").write_bytes(b"stale")
+    path = data.fetch(official, cache)
+    assert path.read_bytes() == cifar_tarball and server.requests == 1
+
+
+def test_unreachable_url_names_url_and_fix(tmp_path):
+    with socket.socket() as s:  # grab a free port, then close it so nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/cifar-10-python.tar.gz"
+    with pytest.raises(data.DataError, match="data.url") as err:
+        data.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
+    assert url in str(err.value) and "network" in str(err.value)
+
+
+def test_missing_local_source(tmp_path):
+    with pytest.raises(data.DataError, match="does not exist"):
+        data.fetch(str(tmp_path / "nope.tar.gz"), tmp_path / "cache")
+
+
+# ---------------------------------------------------------------- safe extraction
+def _evil_archive(path: Path, evil: tarfile.TarInfo) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        ok = b"harmless"
+        info = tarfile.TarInfo("data/ok.txt")
+        info.size = len(ok)
+        tar.addfile(info, io.BytesIO(ok))
+        payload = b"evil" if evil.isreg() else b""
+        evil.size = len(payload)
+        tar.addfile(evil, io.BytesIO(payload))
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda t: _member("../evil"), "'..'"),
+        (lambda t: _member("data/../../evil"), "'..'"),
+        (lambda t: _member(str(t / "abs-evil")), "absolute"),
+        (lambda t: _member("data/link", tarfile.SYMTYPE, "/etc/passwd"), "link"),
+        (lambda t: _member("data/hard", tarfile.LNKTYPE, "data/ok.txt"), "link"),
+        (lambda t: _member("data/fifo", tarfile.FIFOTYPE), "not a regular"),
+    ],
+)
+def test_unsafe_archive_is_refused(tmp_path, make, why):
+    archive = _evil_archive(tmp_path / "evil.tar.gz", make(tmp_path))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(data.DataError, match=why) as err:
+        data.safe_extract(archive, work / "dest")
+    assert "member" in str(err.value) and "evil.tar.gz" in str(err.value)
+    assert _files_in(tmp_path) == {"evil.tar.gz", "work"}  # nothing extracted anywhere
+
+
+def test_safe_extract_replaces_dest_and_rejects_non_archives(tmp_path, image_folder):
+    archive = _tar_gz(tmp_path / "imgs.tgz", image_folder, "mydata")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "stale.txt").write_text("old")
+    assert data.safe_extract(archive, dest) == dest
+    assert not (dest / "stale.txt").exists() and (dest / "mydata" / "train").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "imgs", "imgs.tgz"]
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive")
+    with pytest.raises(data.DataError, match="junk.tar.gz"):
+        data.safe_extract(junk, tmp_path / "dest2")
+    assert not (tmp_path / "dest2").exists()
+
+
+# ---------------------------------------------------------------- readers
+def _check_image_folder_dataset(ds: dict) -> None:
+    assert ds["classes"] == list(data.CIFAR10_CLASSES)
+    assert ds["train_images"].shape == (40, 3, 32, 32)
+    assert ds["test_images"].shape == (30, 3, 32, 32)
+    assert ds["train_images"].dtype == torch.uint8 and ds["train_labels"].dtype == torch.int64
+    assert torch.bincount(ds["train_labels"], minlength=10).tolist() == [4] * 10
+    # PNGs are lossless: value = label * 20 + i (i < 10); the JPEG is label * 20 + 10 (approx.)
+    values = ds["train_images"][:, 0, 0, 0].long()
+    assert torch.equal((values + 5) // 20, ds["train_labels"])
+
+
+def test_image_folder_archive_and_directory(server, image_folder, tmp_path):
+    archive = _tar_gz(tmp_path / "imgs.tar.gz", image_folder, "mydata")
+    server.files["imgs.tar.gz"] = archive.read_bytes()
+    summary = data.prepare(server.url("imgs.tar.gz"), tmp_path / "a.pt", tmp_path / "cache")
+    assert summary == {"train": 40, "test": 30, "classes": list(data.CIFAR10_CLASSES),
+                       "format": "image-folder"}  # fmt: skip
+    _check_image_folder_dataset(data.load_dataset(tmp_path / "a.pt"))
+    data.prepare(str(image_folder.parent), tmp_path / "b.pt", tmp_path / "cache")
+    _check_image_folder_dataset(data.load_dataset(tmp_path / "b.pt"))
+
+
+def test_image_folder_rejects_bad_trees(image_folder):
+    (image_folder / "train" / "bird" / "big.png").write_bytes(
+        torchvision.io.encode_png(_image(0, size=33)).numpy().tobytes()
+    )
+    with pytest.raises(data.DataError, match="big.png"):
+        data.load_image_folder(image_folder)
+    (image_folder / "train" / "unicorn").mkdir()
+    with pytest.raises(data.DataError, match="unicorn"):
+        data.load_image_folder(image_folder)
+
+
+def test_image_folder_other_classes_sorted(tmp_path):
+    for split in ("train", "test"):
+        for i, name in enumerate(("zebra", "ant")):
+            (tmp_path / split / name).mkdir(parents=True)
+            png = torchvision.io.encode_png(_image(i)).numpy().tobytes()
+            (tmp_path / split / name / "0.png").write_bytes(png)
+    ds = data.load_image_folder(tmp_path)
+    assert ds["classes"] == ["ant", "zebra"]
+    assert ds["train_labels"].tolist() == [0, 1]
+    assert ds["train_images"][:, 0, 0, 0].tolist() == [1, 0]  # ant was written with value 1
+
+
+def test_corrupt_cifar_batch_is_not_unpickled(cifar_dir, tmp_path):
+    root = cifar_dir[0]
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(data.DataError, match="data_batch_3"):
+        data.load_cifar_python(root)
+    assert not marker.exists()
+
+
+def test_find_dataset_root(tmp_path, cifar_dir, image_folder):
+    assert data.find_dataset_root(cifar_dir[0]) == ("cifar-python", cifar_dir[0])
+    assert data.find_dataset_root(tmp_path / "imgs") == ("image-folder", image_folder)
+    empty = tmp_path / "empty" / "x" / "y" / "z"
+    empty.mkdir(parents=True)
+    (empty / "train").mkdir()
+    (empty / "test").mkdir()  # 3 levels down: too deep
+    with pytest.raises(data.DataError, match="cifar-10-batches-py") as err:
+        data.find_dataset_root(tmp_path / "empty")
+    assert "x/y" in str(err.value)
+
+
+# ---------------------------------------------------------------- subsets and files
+def test_balanced_subset():
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2, 1, 0])
+    images = torch.arange(10)
+    sub_images, sub_labels = data.balanced_subset(images, labels, 2)
+    assert sub_images.tolist() == [0, 1, 2, 3, 4, 6]
+    assert sub_labels.tolist() == [0, 1, 0, 2, 1, 2]
+    assert data.balanced_subset(images, labels, 0)[0].tolist() == list(range(10))
+    with pytest.raises(data.DataError, match="fewer"):
+        data.balanced_subset(images, labels, 4)
+
+
+def test_save_and_load_dataset(tmp_path):
+    with pytest.raises(data.DataError, match="ampbench download"):
+        data.load_dataset(tmp_path / "missing.pt")
+    ds = {
+        "train_images": torch.zeros(4, 3, 32, 32, dtype=torch.uint8),
+        "train_labels": torch.arange(4),
+        "test_images": torch.ones(2, 3, 32, 32, dtype=torch.uint8),
+        "test_labels": torch.arange(2),
+        "classes": ["a", "b", "c", "d"],
+    }
+    data.save_dataset(ds, tmp_path / "sub" / "ds.pt")
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["ds.pt"]  # no temp file left
+    back = data.load_dataset(tmp_path / "sub" / "ds.pt", device="cpu")
+    assert back["classes"] == ds["classes"] and torch.equal(back["test_images"], ds["test_images"])
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    with pytest.raises(data.DataError, match="unreadable"):
+        data.load_dataset(tmp_path / "bad.pt")
