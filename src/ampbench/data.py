@@ -23,7 +23,6 @@ import shutil
 import tarfile
 import tempfile
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import warnings

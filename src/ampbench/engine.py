@@ -100,6 +100,8 @@ class Step:
             torch.cuda.current_stream().wait_stream(side)
             return None
         if self.graph is None:
+            if not isinstance(self.opt.param_groups[0]["lr"], torch.Tensor):
+                raise RuntimeError("CUDA graph needs a tensor learning rate (set train.cuda_graph false)")
             self.static = (images.clone(), labels.clone())
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
@@ -134,30 +136,38 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
+    """Model, wrapped model, fused SGD, one-cycle schedule and scaler for one variant."""
+    t, device = cfg.train, strategy.device
+    raw_model = build_model(cfg, num_classes, device)
+    scaler, facts = precision.apply(prec, raw_model, device, t.amp_dtype)
+    model = strategy.wrap(raw_model)
+    use_graph = t.cuda_graph and device.type == "cuda" and strategy.name == "single"
+    facts["cuda_graph_used"] = use_graph
+    opt = torch.optim.SGD(
+        raw_model.parameters(),
+        # A captured graph reads the learning rate from a device tensor the scheduler fills.
+        lr=torch.tensor(t.lr, device=device) if use_graph else t.lr,
+        momentum=t.momentum,
+        nesterov=t.momentum > 0,
+        weight_decay=t.weight_decay,
+        fused=device.type == "cuda" or None,  # fused: GradScaler's checks stay on the device
+    )
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, t.lr, total_steps=total_steps, pct_start=t.warmup_fraction, cycle_momentum=False
+    )
+    return raw_model, model, opt, sched, scaler, facts, use_graph
+
+
 def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
     """Train one seed; return the result summary. Raises Stopped after a requested stop."""
     cfg, t, strategy, hooks = job.cfg, job.cfg.train, job.strategy, hooks or NullHooks()
     device = strategy.device
     torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
-    raw_model = build_model(cfg, len(job.data["classes"]), device)
-    scaler, facts = precision.apply(job.precision, raw_model, device, t.amp_dtype)
-    model = strategy.wrap(raw_model)
-    use_graph = t.cuda_graph and device.type == "cuda" and strategy.name == "single"
-    facts["cuda_graph_used"] = use_graph
-    cuda = device.type == "cuda"
-    opt = torch.optim.SGD(
-        raw_model.parameters(),
-        lr=torch.tensor(t.lr, device=device) if use_graph else t.lr,
-        momentum=t.momentum,
-        nesterov=t.momentum > 0,
-        weight_decay=t.weight_decay,
-        fused=cuda or None,
-    )
     batches = loader.make(t.loader, job.data, t.batch_size, strategy, job.seed, t.workers)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, t.lr, total_steps=t.epochs * len(batches), pct_start=t.warmup_fraction,
-        cycle_momentum=False,
-    )  # fmt: skip
+    parts = setup(cfg, job.precision, strategy, len(job.data["classes"]), t.epochs * len(batches))
+    raw_model, model, opt, sched, scaler, facts, use_graph = parts
+    cuda = device.type == "cuda"
     state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
     if resume:
         raw_model.load_state_dict(resume["model"])

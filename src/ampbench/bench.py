@@ -1,0 +1,150 @@
+"""`ampbench bench`: training throughput of chosen variants, untracked, against two references.
+
+    ampbench bench --variants single-fp32,single-autocast,single-autocast_gradscaler --batch-size 512
+
+For each variant (``single`` or ``dp``) at one batch size, in one process:
+- **pipeline**: the real training loop (device-resident data and augmentation, the same step the
+  ``train`` stage runs), timed over one full epoch after a warm-up;
+- **ceiling**: the bare training step replayed from a CUDA graph on one fixed, resident batch
+  (on CPU: the eager step on a fixed batch), the most this model and batch can do here;
+- **dataloader** (once, in the last variant's precision): the tutorial's input pipeline, a torch
+  DataLoader with PIL-based torchvision transforms and ``--workers`` workers, feeding that step.
+
+Clocks are read only after ``torch.cuda.synchronize``; warm-up steps (graph capture, cuDNN
+autotuning, worker start-up) are excluded and reported separately. TF32 is off, as in training.
+Writes ``<out>.md`` and ``<out>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ampbench import data, engine, loader, parallel, precision
+from ampbench.config import replace
+
+log = logging.getLogger(__name__)
+
+
+def train_flops_per_image(cfg, num_classes: int) -> float:
+    """Model FLOPs of one forward + backward, per image (counted, not assumed)."""
+    model = engine.build_model(cfg, num_classes, torch.device("cpu"))
+    x = torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    return counter.get_total_flops() / 2
+
+
+def _timed(fn, steps: int, warmup: int, device) -> tuple[float, float]:
+    """(seconds per step, warm-up seconds); the device is synchronised before each clock read."""
+    engine._sync(device)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+    engine._sync(device)
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    engine._sync(device)
+    return (time.perf_counter() - t1) / steps, t1 - t0
+
+
+def _trainer(cfg, variant: str, dataset: dict, strategy):
+    prec = precision.PRECISIONS[variant.split("-", 1)[1]]
+    torch.manual_seed(0)
+    if strategy.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    raw, model, opt, sched, scaler, facts, use_graph = engine.setup(cfg, prec, strategy, 10, 10**6)
+    stats = torch.zeros(7, dtype=torch.float64, device=strategy.device)
+    crit = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
+    return engine.Step(model, opt, scaler, crit, stats, strategy.device, use_graph), facts
+
+
+def _row(what, variant, batch, sec, warm, flops, device, facts) -> dict:
+    ips = batch / sec
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else engine.peak_memory_mb(device)
+    )
+    return {"measure": what, "variant": variant, "batch": batch, "images_per_second": ips,
+            "ms_per_step": sec * 1e3, "warmup_seconds": warm, "tflops": ips * flops / 1e12,
+            "peak_memory_mb": peak, "amp_dtype": facts["amp_dtype"],
+            "cuda_graph": facts["cuda_graph_used"]}  # fmt: skip
+
+
+def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, workers: int) -> dict:
+    batch = cfg.train.batch_size
+    flops = train_flops_per_image(cfg, len(dataset["classes"]))
+    rows = []
+    for variant in variants:
+        strategy = parallel.make(variant.split("-", 1)[0])
+        device = strategy.setup()
+        precision.disable_tf32()
+        # Pipeline: the real loader and step, one full epoch after `warmup` steps of another.
+        step, facts = _trainer(cfg, variant, dataset, strategy)
+        batches = loader.make("device", dataset, batch, strategy, 0, 0)
+        warm_iter = batches.epoch(0)
+        for _ in range(min(warmup, len(batches))):
+            step(*next(warm_iter))
+        epoch_iter = batches.epoch(1)
+        sec, _ = _timed(lambda s=step, it=epoch_iter: s(*next(it)), len(batches), 0, device)
+        rows.append(_row("pipeline", variant, batch, sec, 0.0, flops, device, facts))
+        # Ceiling: the bare step on one fixed, resident batch (graph-replayed on CUDA).
+        step, facts = _trainer(cfg, variant, dataset, strategy)
+        x, y = next(batches.epoch(2))
+        sec, warm = _timed(lambda s=step, b=(x, y): s(*b), steps, warmup, device)
+        rows.append(_row("ceiling", variant, batch, sec, warm, flops, device, facts))
+        log.info("%s: pipeline %.0f img/s, ceiling %.0f img/s", variant, rows[-2]["images_per_second"],
+                 rows[-1]["images_per_second"])  # fmt: skip
+    # Reference: the tutorial's DataLoader pipeline feeding the same step (last variant).
+    step, facts = _trainer(cfg, variants[-1], dataset, strategy)
+    tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
+    it = (b for e in range(10**6) for b in tl.epoch(e))
+    sec, warm = _timed(lambda: step(*next(it)), steps, warmup, device)
+    rows.append(_row(f"dataloader ({workers} workers)", variants[-1], batch, sec, warm, flops, device, facts))
+    ceilings = {r["variant"]: r["images_per_second"] for r in rows if r["measure"] == "ceiling"}
+    for r in rows:
+        r["fraction_of_ceiling"] = r["images_per_second"] / ceilings[r["variant"]]
+    return {"hardware": strategy.facts()["device_name"], "torch": torch.__version__,
+            "tf32": False, "batch": batch, "steps": steps, "warmup": warmup,
+            "gflop_per_image": flops / 1e9, "rows": rows}  # fmt: skip
+
+
+def to_markdown(res: dict) -> str:
+    lines = [
+        f"Hardware: {res['hardware']}; torch {res['torch']}; TF32 off; batch {res['batch']}; "
+        f"{res['gflop_per_image']:.3f} GFLOP per training image (counted); timed steps {res['steps']} "
+        f"after {res['warmup']} warm-up steps (pipeline: one full epoch after warm-up).",
+        "",
+        "| measure | variant | amp dtype | images/s | ms/step | of ceiling | TFLOP/s | peak MB | warm-up s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        lines.append(
+            f"| {r['measure']} | {r['variant']} | {r['amp_dtype']} | {r['images_per_second']:,.0f} "
+            f"| {r['ms_per_step']:.2f} | {r['fraction_of_ceiling']:.0%} | {r['tflops']:.1f} "
+            f"| {r['peak_memory_mb']:,.0f} | {r['warmup_seconds']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(cfg, args, data_file: Path) -> dict:
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in variants if v.split("-", 1)[0] not in ("single", "dp")
+           or v.split("-", 1)[-1] not in precision.PRECISIONS]  # fmt: skip
+    if bad:
+        raise ValueError(f"--variants: {', '.join(bad)} not benchmarkable (single-* or dp-* variants)")
+    if args.batch_size:
+        cfg = replace(cfg, train={"batch_size": args.batch_size})
+    res = run(cfg, variants, data.load_dataset(data_file), args.steps, args.warmup, args.workers)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    out.with_suffix(".md").write_text(to_markdown(res))
+    print(to_markdown(res))
+    return res
