@@ -131,8 +131,9 @@ def cmd_train(cfg, args, argv) -> int:
         cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop
     )
     for r in results:
-        log.info("seed %s: test accuracy %.4f, %.0f images/s, diverged=%s, run %s", r["seed"],
-                 r["final_test_accuracy"], r["images_per_second"], r["diverged"], r["run_id"])  # fmt: skip
+        log.info("seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",
+                 r["seed"], r["final_test_accuracy"], r["images_per_second"], r["train_seconds"],
+                 r["diverged"], r["run_id"])  # fmt: skip
     return 0
 
 

@@ -212,7 +212,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         t0 = time.perf_counter()
         bar = tqdm(
             batches.epoch(epoch, first), total=len(batches), initial=first, leave=False,
-            desc=f"seed {job.seed} epoch {epoch + 1}/{t.epochs}", disable=not strategy.is_main,
+            desc=f"seed {job.seed} epoch {epoch + 1}/{t.epochs}",
+            disable=None if strategy.is_main else True,  # None: off when not a terminal
         )  # fmt: skip
         for i, (images, labels) in enumerate(bar, start=first):
             step(images, labels)
