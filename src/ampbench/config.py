@@ -50,7 +50,7 @@ class ModelConfig:
     """Width of AlexNet's two hidden fully connected layers (tests shrink it)."""
     batch_norm: bool = True
     """BatchNorm after each convolution (stabilises large-batch and fp16 training)."""
-    dropout: float = 0.5
+    dropout: float = 0.0
     """Dropout before the fully connected layers; 0 disables it."""
 
 
@@ -88,6 +88,10 @@ class TrainConfig:
     """Processes a plain `--parallel ddp` start launches when no GPU is present."""
     scale_floor: float = 1.0e-6
     """A GradScaler scale below this counts as divergence (no learning happens any more)."""
+    checkpoint_every_s: float = 10.0
+    """Checkpoint at an epoch end once this many seconds passed since the last one; 0: every epoch."""
+    eval_flip: bool = True
+    """Test accuracy averages the logits of each image and its mirror image (flip test-time aug)."""
     stop_check_every: int = 20
     """Steps between checks that all DDP ranks still want to run (SIGTERM handling)."""
     collective_timeout_s: float = 300.0
@@ -180,6 +184,7 @@ def _ranges(cfg: Config) -> list[str]:
         ("train.workers", t.workers >= 0, "must be >= 0"),
         ("train.ddp_cpu_workers", t.ddp_cpu_workers >= 1, "must be >= 1"),
         ("train.scale_floor", t.scale_floor > 0, "must be > 0"),
+        ("train.checkpoint_every_s", t.checkpoint_every_s >= 0, "must be >= 0 (0 = every epoch)"),
         ("train.stop_check_every", t.stop_check_every >= 1, "must be >= 1"),
         ("train.collective_timeout_s", t.collective_timeout_s > 0, "must be > 0"),
         ("data.url", bool(d.url.strip()), "must not be empty"),

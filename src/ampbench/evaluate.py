@@ -22,6 +22,7 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 
 from ampbench import checkpoint, precision
 from ampbench.config import ModelConfig
+from ampbench.engine import predict
 from ampbench.model import AlexNet
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,6 @@ log = logging.getLogger(__name__)
 TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak_memory_mb",
               "diverged", "devices_used", "world_size", "device_name", "amp_dtype",
               "cuda_graph_used", "epochs_completed")  # fmt: skip
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, images: torch.Tensor, batch: int = 2048) -> torch.Tensor:
-    model.eval()
-    return torch.cat([model(x).argmax(1) for x in images.split(batch)]).cpu()
 
 
 def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
@@ -95,7 +90,7 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
         if not path.exists():
             raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
-        preds = predict(model, images)
+        preds = predict(model, images, saved["config"]["train"]["eval_flip"]).cpu()
         metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
         run_id = saved["run_id"]
         if tracker is not None:

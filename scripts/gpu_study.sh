@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run the study's stages in dvc.yaml's order, one process per stage as `dvc repro` does, with a
+# wall-clock time per stage. For machines without DVC (the GPU machine used for
+# docs/BENCHMARKS.md). Usage:
+#   scripts/gpu_study.sh PARALLELS [compare] [-- extra ampbench args]
+#   scripts/gpu_study.sh "single dp ddp" compare
+set -uo pipefail
+parallels=${1:-"single dp ddp"}; shift || true
+do_compare=""; [[ "${1:-}" == compare ]] && { do_compare=1; shift; }
+[[ "${1:-}" == -- ]] && shift
+A="python3 -m ampbench"
+stamp() { date +%s%N; }
+study0=$(stamp)
+for par in $parallels; do
+  for prec in fp32 autocast autocast_gradscaler; do
+    for stage in train evaluate; do
+      t0=$(stamp)
+      $A "$stage" --parallel "$par" --precision "$prec" "$@" || echo "FAILED: $stage@$par-$prec"
+      echo "STAGE $stage@$par-$prec $(( ($(stamp) - t0) / 1000000 )) ms"
+    done
+  done
+done
+if [[ -n $do_compare ]]; then
+  t0=$(stamp); $A compare "$@"; echo "STAGE compare $(( ($(stamp) - t0) / 1000000 )) ms"
+fi
+echo "STUDY $parallels $(( ($(stamp) - study0) / 1000000 )) ms"
