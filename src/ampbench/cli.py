@@ -56,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--epochs", default="", help="override train.epochs (empty: params.yaml)")
     v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
     v.add_argument("--seeds", default="", help="override train.seeds, e.g. 0,1 (empty: params.yaml)")
+    v.add_argument("--data-url", default="", help="override data.url (empty: params.yaml)")
     b = sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
     b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
@@ -105,6 +106,7 @@ def _variant_overrides(args) -> list[str]:
         ("epochs", "train.epochs"),
         ("batch_size", "train.batch_size"),
         ("seeds", "train.seeds"),
+        ("data_url", "data.url"),
     ):
         value = str(getattr(args, flag, "") or "").strip()
         if value:
