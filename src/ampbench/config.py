@@ -164,7 +164,10 @@ def _build(cls: type, raw: object, prefix: str, problems: list[str]):
             if dataclasses.is_dataclass(hint):
                 values[f.name] = _build(hint, raw[f.name], f"{prefix}{f.name}.", problems)
             else:
-                values[f.name] = _check_value(prefix + f.name, raw[f.name], hint, problems)
+                before = len(problems)
+                value = _check_value(prefix + f.name, raw[f.name], hint, problems)
+                if len(problems) == before:  # a mistyped value keeps the default: ranges still run
+                    values[f.name] = value
     return cls(**values)
 
 
@@ -233,8 +236,7 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
     for item in overrides:
         _apply_override(raw, item, problems)
     cfg = _build(Config, raw, "", problems)
-    if not problems:
-        problems = _ranges(cfg)
+    problems += _ranges(cfg)  # every field is well typed here, so all problems come out together
     if problems:
         lines = "\n  ".join(problems)
         raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")

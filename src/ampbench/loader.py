@@ -105,14 +105,19 @@ class TorchLoader(DeviceLoader):
             yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
 
 
-def make(kind: str, data: dict, global_batch: int, strategy, seed: int, workers: int):
-    """The loader named by ``train.loader`` for this rank."""
+def check_batch(global_batch: int, data: dict) -> None:
+    """A batch larger than the train set would give epochs of zero steps."""
     n = len(data["train_labels"])
     if global_batch > n:
         raise ValueError(
             f"train.batch_size={global_batch} is larger than the train set ({n} images); "
             "lower train.batch_size or raise data.train_per_class"
         )
+
+
+def make(kind: str, data: dict, global_batch: int, strategy, seed: int, workers: int):
+    """The loader named by ``train.loader`` for this rank."""
+    check_batch(global_batch, data)
     args = (data["train_images"], data["train_labels"], global_batch)
     args += (strategy.rank, strategy.world_size, strategy.device, seed)
     return DeviceLoader(*args) if kind == "device" else TorchLoader(*args, workers=workers)

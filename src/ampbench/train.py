@@ -17,7 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
-from ampbench import checkpoint, data, engine, parallel, precision
+from ampbench import checkpoint, data, engine, loader, parallel, precision
 from ampbench.config import Config
 from ampbench.tracking import EpochHooks, Tracker, environment_facts
 
@@ -79,12 +79,15 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
     strategy.setup()
     try:
-        tf32 = precision.disable_tf32()
-        tracker = Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
-        if strategy.is_main:
-            tracker.preflight()
+        # Everything that can be checked is checked before MLflow or models/ are touched.
         per_process = strategy.per_process_batch(cfg.train.batch_size)
         dataset = data.load_dataset(data_file)
+        loader.check_batch(cfg.train.batch_size, dataset)
+        tf32 = precision.disable_tf32()
+        tracker = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
+        if strategy.is_main:
+            tracker = Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+            tracker.preflight()
         out = models_dir / variant
         results = []
         for seed in cfg.train.seeds:
@@ -97,7 +100,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         strategy.teardown()
 
 
-def _train_one(job: engine.Job, variant: str, tracker: Tracker, extra: dict, fresh: bool) -> dict:
+def _train_one(job: engine.Job, variant: str, tracker: Tracker | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh)
