@@ -61,7 +61,7 @@ def _trainer(cfg, variant: str, dataset: dict, strategy):
     if strategy.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     raw, model, opt, sched, scaler, facts, use_graph = engine.setup(cfg, prec, strategy, 10, 10**6)
-    stats = torch.zeros(7, dtype=torch.float64, device=strategy.device)
+    stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64, device=strategy.device)
     crit = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
     return engine.Step(model, opt, scaler, crit, stats, strategy.device, use_graph), facts
 

@@ -31,8 +31,10 @@ def save(obj: dict, path: Path) -> None:
             os.fsync(dir_fd)  # make the rename itself durable
         finally:
             os.close(dir_fd)
-    except OSError as err:
+    except BaseException as err:  # also Ctrl-C or a serializer error mid-write: no temp file left
         tmp.unlink(missing_ok=True)
+        if not isinstance(err, OSError):
+            raise
         hint = " (disk full: free space or move models/ elsewhere)" if err.errno == errno.ENOSPC else ""
         raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}{hint}") from err
 

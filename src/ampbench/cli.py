@@ -127,6 +127,12 @@ def cmd_train(cfg, args, argv) -> int:
     from ampbench import launch, train
 
     if args.parallel == "ddp" and "RANK" not in os.environ:
+        workers = launch.worker_count(cfg)
+        if cfg.train.batch_size % workers:
+            raise ConfigError(
+                f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
+                f"this machine starts; choose a multiple of {workers}"
+            )
         return launch.torchrun(argv, cfg, MODELS_DIR / f"ddp-{args.precision}")
     stop = train.StopFlag()
     results = launch.record(train.train_variant)(

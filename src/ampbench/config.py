@@ -143,6 +143,11 @@ def _check_value(key: str, value: object, hint: object, problems: list[str]) -> 
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads `1e6` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     return value

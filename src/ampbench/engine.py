@@ -30,7 +30,8 @@ from ampbench.model import AlexNet
 log = logging.getLogger(__name__)
 
 # Layout of the per-epoch device accumulator.
-LOSS, CORRECT, COUNT, NONFINITE, SKIPPED, FIRST_BAD, STEP = range(7)
+LOSS, CORRECT, COUNT, NONFINITE, SKIPPED, FIRST_BAD, STEP, FINITE = range(8)
+STATS_SIZE = 8
 GRAPH_WARMUP_STEPS = 3
 
 
@@ -83,6 +84,7 @@ class Step:
             s[CORRECT] += (out.argmax(1) == labels).sum()
             s[COUNT] += len(labels)
             s[NONFINITE] += bad
+            s[FINITE] += torch.where(bad, 0, len(labels))
             s[SKIPPED] += precision.scale_tensor(self.scaler, self.device) < before
             s[FIRST_BAD] = torch.where(bad & (s[FIRST_BAD] < 0), s[STEP], s[FIRST_BAD])
             s[STEP] += 1
@@ -191,7 +193,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
         log.info("resuming seed %d at epoch %d step %d", job.seed, state["epoch"], state["step"])
     criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
-    stats = torch.zeros(7, dtype=torch.float64, device=device)
+    stats = torch.zeros(STATS_SIZE, dtype=torch.float64, device=device)
     step = Step(model, opt, scaler, criterion, stats, device, use_graph)
     test_x = job.data["test_images"].to(device)
     test_y = job.data["test_labels"].to(device)
@@ -230,7 +232,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         for i, (images, labels) in enumerate(bar, start=first):
             step(images, labels)
             sched.step()
-            check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0
+            # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
+            check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == len(batches)
             if check and strategy.any(job.stop_requested()):
                 save(epoch, i + 1, stats.tolist())
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
@@ -238,14 +241,14 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         seconds = time.perf_counter() - t0
         s = strategy.all_sum(stats.clone())
         s[FIRST_BAD] = stats[FIRST_BAD]
-        loss_sum, correct, count, nonfinite, skipped, first_bad, _ = s.tolist()
+        loss_sum, correct, count, nonfinite, skipped, first_bad, _, finite = s.tolist()
         weights_ok = bool(torch.stack([p.isfinite().all() for p in raw_model.parameters()]).all())
         scale = float(precision.scale_tensor(scaler, device))
         metrics = {
-            "train_loss": loss_sum / max(1, count - nonfinite),
+            "train_loss": loss_sum / finite if finite else math.nan,  # finite-loss steps only
             "train_accuracy": correct / max(1, count),
             "epoch_seconds": seconds,
-            "images_per_second": count / seconds,
+            "epoch_images_per_second": count / seconds,
             "lr": sched.get_last_lr()[0],
             "grad_scale": scale,
             "skipped_steps": skipped,
@@ -278,7 +281,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         epochs_completed=len(hist),
         train_seconds=sum(h["epoch_seconds"] for h in hist),
         first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
-        images_per_second=sum(h["images_per_second"] for h in steady) / max(1, len(steady)),
+        images_per_second=sum(h["epoch_images_per_second"] for h in steady) / max(1, len(steady)),
         peak_memory_mb=peak_memory_mb(device),
         final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
         final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,

@@ -21,16 +21,21 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 100_003 + epoch)
 
 
-def random_crop_flip(images: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Per-image random crop of a zero-padded copy, then random horizontal flip, batched."""
+def draw_crop_flip(n: int, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """Per-image (dy, dx, flip) for n images, as an (n, 3) int64 tensor."""
+    shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen)
+    flips = (torch.rand(n, generator=gen) < 0.5).long()[:, None]
+    return torch.cat([shifts, flips], 1)
+
+
+def random_crop_flip(images: torch.Tensor, aug: torch.Tensor, pad: int = 4) -> torch.Tensor:
+    """Crop each zero-padded image at (dy, dx) and mirror it where flip is set, batched."""
     n, _, h, w = images.shape
+    aug = aug.to(images.device)
     padded = torch.nn.functional.pad(images, (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(images.device)
-    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(images.device)
-    flip = torch.rand(n, generator=gen).to(images.device) < 0.5
-    rows = dy[:, None] + torch.arange(h, device=images.device)  # (n, h)
-    cols = dx[:, None] + torch.arange(w, device=images.device)  # (n, w)
-    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    rows = aug[:, :1] + torch.arange(h, device=images.device)  # (n, h)
+    cols = aug[:, 1:2] + torch.arange(w, device=images.device)  # (n, w)
+    cols = torch.where(aug[:, 2:3].bool(), cols.flip(1), cols)
     idx = torch.arange(n, device=images.device)[:, None, None]
     # Advanced indexing puts the indexed dims first: (n, h, w, c) -> back to (n, c, h, w).
     out = padded[idx, :, rows[:, :, None], cols[:, None, :]]
@@ -53,11 +58,15 @@ class DeviceLoader:
     def epoch(self, epoch: int, start_step: int = 0):
         gen = epoch_generator(self.seed, epoch)
         order = torch.randperm(len(self.labels), generator=gen)[: len(self) * self.global_batch]
-        mine = order.view(len(self), self.world, self.local)[:, self.rank].reshape(-1)
-        mine = mine.to(self.images.device)
+        # Draw the augmentation for the whole global order, then take this rank's part, so each
+        # image gets the same crop and flip whatever the world size (DDP == one process).
+        aug = draw_crop_flip(len(order), gen)
+        part = torch.arange(len(order)).view(len(self), self.world, self.local)[:, self.rank].reshape(-1)
+        mine, aug = order[part].to(self.images.device), aug[part]
         # Augment in chunks so peak memory stays bounded on large datasets.
-        parts = [random_crop_flip(self.images[i], gen) for i in mine.split(self.chunk)]
-        images, labels = torch.cat(parts), self.labels[mine]
+        chunks = zip(mine.split(self.chunk), aug.split(self.chunk))
+        images = torch.cat([random_crop_flip(self.images[i], a) for i, a in chunks])
+        labels = self.labels[mine]
         for step in range(start_step, len(self)):
             s = slice(step * self.local, (step + 1) * self.local)
             yield images[s], labels[s]

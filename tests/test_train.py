@@ -1,0 +1,393 @@
+"""Tests for the train stage: the nine variants end to end, DDP equivalence, autocast dtypes,
+divergence as a result, and configuration errors.
+
+End-to-end tests run `python -m ampbench train` as a subprocess in a throwaway project (tiny data,
+tiny model) and read back what it wrote: ``model.pt`` and the MLflow run. The equivalence and dtype
+tests call ampbench's own pieces in-process (``engine.setup``/``engine.Step``, the loaders' per-rank
+slicing, ``parallel.Distributed`` over gloo, ``precision.apply``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from ampbench import config, data, engine, loader, parallel, precision
+from ampbench.config import PARALLELS, PRECISIONS
+from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs, write_params
+
+EPOCHS = 3  # the variant matrix trains 3 epochs: one value per epoch is then distinguishable
+BATCH = 20  # TINY's global batch (conftest); 60 train images -> 3 steps per epoch
+PER_EPOCH = ("train_loss", "train_accuracy", "test_accuracy", "epoch_seconds", "grad_scale", "skipped_steps")
+SUMMARY = ("train_seconds", "peak_memory_mb", "first_epoch_seconds")
+REQUIRED_PARAMS = ("train.batch_size", "variant", "amp_dtype", "world_size", "devices_used",
+                   "device_name", "torch_version", "tf32_matmul", "tf32_cudnn", "git_commit",
+                   "per_process_batch")  # fmt: skip
+MODEL_PT_KEYS = {"state_dict", "config", "run_id", "result", "history"}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _new_project(folder: Path, **sections) -> Path:
+    """Same layout as conftest's `project` fixture, with extra params.yaml overrides."""
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
+    write_params(folder, **sections)
+    data.save_dataset(make_dataset(), folder / "data" / "prepared" / "cifar10.pt")
+    return folder
+
+
+def _cpu_env() -> dict:
+    """The stage subprocesses' environment, CPU only: the expectations below are CPU's."""
+    return clean_env(CUDA_VISIBLE_DEVICES="")
+
+
+def _model_pt(project: Path, variant: str, seed: int = 0) -> dict:
+    path = project / "models" / variant / f"seed-{seed}" / "model.pt"
+    assert path.is_file(), f"{path} was not written"
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    assert set(saved) >= MODEL_PT_KEYS, f"model.pt lacks {sorted(MODEL_PT_KEYS - set(saved))}"
+    return saved
+
+
+def _run_named(project: Path, name: str):
+    found = [r for r in runs(project) if r.info.run_name == name]
+    assert len(found) == 1, f"expected one MLflow run named {name!r}, found {len(found)}"
+    return found[0]
+
+
+def _history(project: Path, run_id: str, key: str) -> dict[int, float]:
+    """{step: value} of one metric; fails if a step was logged twice."""
+    hist = mlflow_client(project).get_metric_history(run_id, key)
+    steps = [m.step for m in hist]
+    assert len(steps) == len(set(steps)), f"{key}: a step was logged more than once: {sorted(steps)}"
+    return {m.step: m.value for m in hist}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tiny_cfg(**train) -> config.Config:
+    model = {"fc_dim": 32, "batch_norm": False, "dropout": 0.0}
+    base = {"epochs": 2, "batch_size": BATCH, "lr": 0.05, "seeds": (0,), "workers": 0, "cuda_graph": False,
+            "collective_timeout_s": 60.0}  # fmt: skip
+    return config.replace(config.Config(), model=model, train={**base, **train})
+
+
+# ------------------------------------------------------------------ 1. the nine variants on CPU
+class TrainedProject:
+    """One project shared by the variant matrix; each variant is trained once, on first use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.procs: dict[str, object] = {}
+
+    def train(self, parallel_name: str, precision_name: str):
+        variant = f"{parallel_name}-{precision_name}"
+        if variant not in self.procs:
+            args = ("train", "--parallel", parallel_name, "--precision", precision_name)
+            self.procs[variant] = run_cli(self.path, *args, env=_cpu_env())
+        return self.procs[variant]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> TrainedProject:
+    return TrainedProject(_new_project(tmp_path_factory.mktemp("matrix") / "proj", train={"epochs": EPOCHS}))
+
+
+@pytest.mark.parametrize("precision_name", PRECISIONS)
+@pytest.mark.parametrize("parallel_name", PARALLELS)
+def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: str, precision_name: str):
+    variant = f"{parallel_name}-{precision_name}"
+    proc = trained.train(parallel_name, precision_name)
+    project = trained.path
+
+    # model.pt: plain weights (weights_only=True), with everything evaluate needs
+    saved = _model_pt(project, variant)
+    result, history = saved["result"], saved["history"]
+    assert saved["config"]["train"]["batch_size"] == BATCH
+    assert not (project / "models" / variant / "seed-0" / "checkpoint.pt").exists()
+    assert result["diverged"] is False
+    assert result["epochs_completed"] == EPOCHS
+    assert [h["epoch"] for h in history] == list(range(1, EPOCHS + 1))
+    assert saved["state_dict"] and all(v.isfinite().all() for v in saved["state_dict"].values())
+
+    # the MLflow run: name, tags, status
+    run = _run_named(project, variant)
+    assert run.info.run_id == saved["run_id"]
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert (tags["parallel"], tags["precision"], tags["diverged"]) == (parallel_name, precision_name, "false")
+
+    # params
+    params = run.data.params
+    missing = [k for k in REQUIRED_PARAMS if k not in params]
+    assert not missing, f"params missing: {missing}"
+    assert all(params[k].strip() for k in REQUIRED_PARAMS), {k: params[k] for k in REQUIRED_PARAMS}
+    assert params["variant"] == variant
+    assert params["train.batch_size"] == str(BATCH)
+    assert params["torch_version"] == torch.__version__
+    assert (params["tf32_matmul"], params["tf32_cudnn"]) == ("False", "False")
+    autocast = precision_name != "fp32"
+    assert params["amp_dtype"] == ("bfloat16" if autocast else "float32")  # CPU: auto -> bfloat16
+    assert result["amp_dtype"] == params["amp_dtype"]
+    assert params["autocast_used"] == str(autocast)
+    assert params["grad_scaler_used"] == str(precision_name == "autocast_gradscaler")
+    if parallel_name == "ddp":
+        assert params["world_size"] == "2"
+        assert params["devices_used"] == "2"
+        assert params["per_process_batch"] == str(BATCH // 2)
+        assert "ddp: no GPU" in proc.stderr
+    else:
+        assert params["world_size"] == "1"
+        assert params["devices_used"] == "1"
+        assert params["per_process_batch"] == str(BATCH)
+    if parallel_name == "dp":
+        assert "dp:" in proc.stderr and "devices_used=1" in proc.stderr, proc.stderr[-3000:]
+
+    # per-epoch metrics: exactly one value per epoch, matching model.pt's history
+    epochs = list(range(1, EPOCHS + 1))
+    for key in PER_EPOCH:
+        values = _history(project, run.info.run_id, key)
+        assert sorted(values) == epochs, f"{key}: steps {sorted(values)}"
+        for h in history:
+            assert values[h["epoch"]] == pytest.approx(h[key], rel=1e-9, abs=1e-12), key
+    per_epoch_ips = _history(project, run.info.run_id, "epoch_images_per_second")
+    assert sorted(per_epoch_ips) == epochs
+    assert all(per_epoch_ips[e] > 0 for e in epochs)
+    ips = _history(project, run.info.run_id, "images_per_second")
+    assert list(ips) == [0]  # the summary only (epochs 2..N)
+    grad_scale = _history(project, run.info.run_id, "grad_scale")
+    skipped = _history(project, run.info.run_id, "skipped_steps")
+    if precision_name == "autocast_gradscaler":
+        assert all(grad_scale[e] > 1.0 for e in epochs), grad_scale  # a live GradScaler on CPU
+    else:
+        assert all(grad_scale[e] == 1.0 for e in epochs), grad_scale
+        assert all(skipped[e] == 0 for e in epochs), skipped
+    assert all(0 <= v <= 1 for k in ("train_accuracy", "test_accuracy")
+               for v in _history(project, run.info.run_id, k).values())  # fmt: skip
+
+    # summary metrics: logged once, equal to model.pt's result
+    assert ips[0] == pytest.approx(result["images_per_second"])
+    for key in SUMMARY:
+        values = _history(project, run.info.run_id, key)
+        assert len(values) == 1, f"{key}: {values}"
+        assert next(iter(values.values())) == pytest.approx(result[key]), key
+        assert result[key] > 0, key
+    assert result["first_epoch_seconds"] == pytest.approx(history[0]["epoch_seconds"])
+    assert result["train_seconds"] == pytest.approx(sum(h["epoch_seconds"] for h in history))
+    assert run.data.metrics["diverged"] == 0
+
+
+def test_mlflow_run_shows_summary_images_per_second(trained: TrainedProject):
+    trained.train("single", "fp32")
+    saved = _model_pt(trained.path, "single-fp32")
+    steady = [h["epoch_images_per_second"] for h in saved["history"][1:]]
+    if len(steady) < 2 or steady[-1] == pytest.approx(saved["result"]["images_per_second"]):
+        pytest.fail("precondition: the summary must differ from the last epoch's value")  # not an xfail
+    run = _run_named(trained.path, "single-fp32")
+    assert run.data.metrics["images_per_second"] == pytest.approx(saved["result"]["images_per_second"])
+
+
+# --------------------------------------------------- 2. DDP (B/2 per rank) == one process (B)
+def _sgd_steps(cfg: config.Config, strategy) -> dict:
+    """A few real training steps with ampbench's own setup, loader slicing and Step."""
+    t, seed = cfg.train, cfg.train.seeds[0]
+    dataset = make_dataset()
+    torch.manual_seed(seed)  # identical initial weights in every process, as in engine.train_seed
+    batches = loader.make(t.loader, dataset, t.batch_size, strategy, seed, t.workers)
+    prec = precision.PRECISIONS["fp32"]
+    raw, model, opt, sched, scaler, _, use_graph = engine.setup(
+        cfg, prec, strategy, 10, t.epochs * len(batches)
+    )
+    initial = {k: v.detach().clone() for k, v in raw.state_dict().items()}
+    stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64)
+    criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
+    step = engine.Step(model, opt, scaler, criterion, stats, strategy.device, use_graph)
+    model.train()
+    for epoch in range(t.epochs):
+        for images, labels in batches.epoch(epoch):
+            assert len(labels) == t.batch_size // strategy.world_size
+            step(images, labels)
+            sched.step()
+    strategy.all_sum(stats)
+    return {"initial": initial, "final": raw.state_dict(), "stats": stats,
+            "wrapper": type(model).__name__, "steps": t.epochs * len(batches)}  # fmt: skip
+
+
+def _ddp_rank(rank: int, world: int, port: int, cfg: config.Config, out_dir: str) -> None:
+    """One torch.multiprocessing.spawn worker: parallel.Distributed over gloo, from env vars."""
+    env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": world}
+    os.environ.update({k: str(v) for k, v in env.items()}, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    strategy = parallel.Distributed(cfg.train.collective_timeout_s)
+    strategy.setup()
+    try:
+        out = _sgd_steps(cfg, strategy)
+        torch.save(out, Path(out_dir) / f"rank-{rank}.pt")
+        strategy.barrier()
+    finally:
+        strategy.teardown()
+
+
+def test_ddp_half_batches_match_single_process_full_batch(tmp_path, monkeypatch):
+    # Real augmentation. No BN (per-replica batch statistics), no dropout (per-rank masks): same math.
+    cfg = _tiny_cfg(epochs=2)
+    world = 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the spawned ranks use gloo on CPU
+    torch.multiprocessing.spawn(_ddp_rank, args=(world, _free_port(), cfg, str(tmp_path)), nprocs=world)
+
+    ref = _sgd_steps(cfg, parallel.Single(cfg.train.collective_timeout_s))  # CPU: setup() not called
+    assert ref["wrapper"] == "AlexNet" and ref["steps"] == 6
+
+    ranks = [torch.load(tmp_path / f"rank-{r}.pt", weights_only=True) for r in range(world)]
+    for r, out in enumerate(ranks):
+        assert out["wrapper"] == "DistributedDataParallel"
+        assert out["steps"] == ref["steps"]
+        for key, value in ref["initial"].items():
+            torch.testing.assert_close(out["initial"][key], value, rtol=0, atol=0, msg=f"rank {r} init {key}")
+        # the gloo all-sum of per-epoch stats counts the same images, loss and hits as one process
+        assert out["stats"][engine.COUNT] == ref["stats"][engine.COUNT] == BATCH * ref["steps"]
+        assert out["stats"][engine.CORRECT] == ref["stats"][engine.CORRECT]
+        torch.testing.assert_close(out["stats"][engine.LOSS], ref["stats"][engine.LOSS], rtol=1e-5, atol=1e-5)
+    moved = max((ref["final"][k] - ref["initial"][k]).abs().max().item() for k in ref["final"])
+    assert moved > 1e-3, "the steps did not change the weights: the comparison would prove nothing"
+    for key, value in ref["final"].items():
+        for r, out in enumerate(ranks):
+            torch.testing.assert_close(out["final"][key], value, rtol=1e-4, atol=1e-5, msg=f"rank {r}: {key}")
+        torch.testing.assert_close(ranks[1]["final"][key], ranks[0]["final"][key], rtol=0, atol=0)
+
+
+def test_loader_rank_slices_match_single_process():
+    ds, cpu = make_dataset(), torch.device("cpu")
+    args = (ds["train_images"], ds["train_labels"], BATCH)
+    one = list(loader.DeviceLoader(*args, 0, 1, cpu, 0).epoch(0))
+    halves = [list(loader.DeviceLoader(*args, r, 2, cpu, 0).epoch(0)) for r in range(2)]
+    for step, (_, labels) in enumerate(one):
+        torch.testing.assert_close(torch.cat([h[step][1] for h in halves]), labels)  # same samples
+    for step, (images, _) in enumerate(one):
+        torch.testing.assert_close(torch.cat([h[step][0] for h in halves]), images, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------- 3. the autocast dtype inside forward
+def _record_dtypes(model: nn.Module) -> list:
+    seen = []
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            m.register_forward_hook(lambda mod, args, out: seen.append((out.device, out.dtype)))
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("precision_name", "amp_dtype", "expected"),
+    [
+        ("fp32", "auto", torch.float32),
+        ("autocast", "auto", torch.bfloat16),
+        ("autocast_gradscaler", "auto", torch.bfloat16),
+        ("autocast", "bfloat16", torch.bfloat16),
+        ("autocast", "float16", torch.float16),
+        ("autocast_gradscaler", "float16", torch.float16),
+        ("fp32", "float16", torch.float32),
+    ],
+)
+def test_autocast_dtype_inside_forward_on_cpu(precision_name, amp_dtype, expected):
+    cpu = torch.device("cpu")
+    cfg = _tiny_cfg(amp_dtype=amp_dtype)
+    model = engine.build_model(cfg, 10, cpu)
+    _, facts = precision.apply(precision.PRECISIONS[precision_name], model, cpu, cfg.train.amp_dtype)
+    assert facts["amp_dtype"] == str(expected).removeprefix("torch.")
+    seen = _record_dtypes(model)
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    with torch.no_grad():
+        out = model(images)  # no outer autocast: the model enters it itself
+    assert len(seen) == 8  # 5 convolutions + 3 linear layers
+    assert {dtype for _, dtype in seen} == {expected}
+    assert out.dtype == torch.float32 and out.shape == (2, 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="DataParallel dtype check needs >= 2 CUDA GPUs (replica threads); none here",
+)
+def test_autocast_dtype_inside_dataparallel_replicas():
+    cfg = _tiny_cfg(amp_dtype="bfloat16")
+    strategy = parallel.DataParallel(cfg.train.collective_timeout_s)
+    device = strategy.setup()
+    raw = engine.build_model(cfg, 10, device)
+    precision.apply(precision.PRECISIONS["autocast"], raw, device, cfg.train.amp_dtype)
+    model = strategy.wrap(raw)
+    assert isinstance(model, nn.DataParallel)
+    seen = _record_dtypes(raw)  # replicas share the hooks of the module they copy
+    n = torch.cuda.device_count()
+    images = torch.randint(0, 256, (2 * n, 3, 32, 32), dtype=torch.uint8, device=device)
+    with torch.no_grad():
+        out = model(images)
+    assert len({dev for dev, _ in seen}) == n, "every replica must have run"
+    assert {dtype for _, dtype in seen} == {torch.bfloat16}, seen
+    assert out.dtype == torch.float32
+
+
+# ------------------------------------------------------------ 4. divergence is a result, not a crash
+def test_divergence_is_recorded_and_the_pipeline_goes_on(project: Path):
+    variant = "single-autocast"
+    # 1000000, not 1e6: YAML 1.1 reads 1e6 as a string (see the report on config overrides)
+    args = ("--parallel", "single", "--precision", "autocast")
+    run_cli(project, "train", *args, "--set", "train.lr=1000000", env=_cpu_env())
+
+    saved = _model_pt(project, variant)
+    result = saved["result"]
+    assert result["diverged"] is True
+    assert result["diverged_epoch"] >= 1 and result["diverged_step"] >= 0
+    assert result["epochs_completed"] == result["diverged_epoch"] == len(saved["history"])
+    assert not (project / "models" / variant / "seed-0" / "checkpoint.pt").exists()
+
+    run = _run_named(project, variant)
+    assert run.info.run_id == saved["run_id"]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["diverged"] == "true"
+    assert run.data.metrics["diverged"] == 1
+    assert run.data.metrics["diverged_epoch"] == result["diverged_epoch"]
+    assert run.data.metrics["diverged_step"] == result["diverged_step"]
+    assert sorted(_history(project, run.info.run_id, "train_loss")) == list(
+        range(1, result["diverged_epoch"] + 1)
+    )
+
+    run_cli(project, "evaluate", *args, env=_cpu_env())  # fails the test on a non-zero exit
+    metrics = json.loads((project / "reports" / "metrics" / f"{variant}.json").read_text())
+    assert metrics["diverged_runs"] == 1
+    assert metrics["seeds"][0]["diverged"] is True and metrics["seeds"][0]["run_id"] == saved["run_id"]
+    assert mlflow_client(project).get_run(saved["run_id"]).info.status == "FINISHED"
+
+
+def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
+    # GradScaler skips every step once the weights blew up, so this is not `diverged` (the scale
+    # is still above train.scale_floor), but the epoch has no finite loss to average.
+    cfg = _tiny_cfg(epochs=2, lr=1.0e6, checkpoint_every_s=60.0)
+    job = engine.Job(cfg, precision.PRECISIONS["autocast_gradscaler"], parallel.Single(), make_dataset(),
+                     0, tmp_path / "checkpoint.pt")  # fmt: skip
+    last = engine.train_seed(job)["history"][-1]
+    steps = len(make_dataset()["train_labels"]) // BATCH
+    if last["nonfinite_losses"] != steps:
+        pytest.fail(f"precondition: every loss of the last epoch must be non-finite: {last}")
+    assert math.isnan(last["train_loss"]), last
+
+
+# ------------------------------------------------------------------- 5. configuration errors
+def test_ddp_batch_not_divisible_by_world_size_fails_naming_the_key(project: Path):
+    args = ("train", "--parallel", "ddp", "--precision", "fp32", "--set", "train.batch_size=21")
+    proc = run_cli(project, *args, env=_cpu_env(), check=False)
+    assert proc.returncode != 0
+    assert "train.batch_size=21" in proc.stderr + proc.stdout
+    assert not list((project / "models").glob("ddp-fp32/seed-*/model.pt"))
+    assert all(r.info.status != "RUNNING" for r in runs(project))
