@@ -166,8 +166,18 @@ def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
         weight_decay=t.weight_decay,
         fused=device.type == "cuda" or None,  # fused: GradScaler's checks stay on the device
     )
+    if total_steps < 4:
+        raise ValueError(
+            f"only {total_steps} training steps (train.epochs x train set / train.batch_size): the "
+            "one-cycle schedule needs at least 4; raise train.epochs or lower train.batch_size"
+        )
+    # OneCycleLR divides by the warm-up length in steps, which must exceed one step.
+    pct = max(t.warmup_fraction, 1.5 / total_steps)
+    if pct != t.warmup_fraction:
+        log.warning("train.warmup_fraction %.3f is under 2 steps of %d; using %.3f", t.warmup_fraction,
+                    total_steps, pct)  # fmt: skip
     sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, t.lr, total_steps=total_steps, pct_start=t.warmup_fraction, cycle_momentum=False
+        opt, t.lr, total_steps=total_steps, pct_start=pct, cycle_momentum=False
     )
     return raw_model, model, opt, sched, scaler, facts, use_graph
 
