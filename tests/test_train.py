@@ -391,3 +391,14 @@ def test_ddp_batch_not_divisible_by_world_size_fails_naming_the_key(project: Pat
     assert "train.batch_size=21" in proc.stderr + proc.stdout
     assert not list((project / "models").glob("ddp-fp32/seed-*/model.pt"))
     assert all(r.info.status != "RUNNING" for r in runs(project))
+
+
+def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
+    """One epoch of 5 steps trains (warm-up stretched to 1.5 steps); 3 steps are refused clearly."""
+    cfg = _tiny_cfg(epochs=1, batch_size=12, checkpoint_every_s=60.0)
+    job = engine.Job(cfg, precision.PRECISIONS["fp32"], parallel.Single(), make_dataset(), 0,
+                     tmp_path / "checkpoint.pt")  # fmt: skip
+    assert engine.train_seed(job)["result"]["epochs_completed"] == 1
+    job.cfg = _tiny_cfg(epochs=1, batch_size=20)
+    with pytest.raises(ValueError, match="only 3 training steps .* needs at least 4"):
+        engine.train_seed(job)
