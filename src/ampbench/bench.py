@@ -141,7 +141,12 @@ def main(cfg, args, data_file: Path) -> dict:
         raise ValueError(f"--variants: {', '.join(bad)} not benchmarkable (single-* or dp-* variants)")
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
-    res = run(cfg, variants, data.load_dataset(data_file), args.steps, args.warmup, args.workers)
+    dataset = data.load_dataset(data_file)
+    if args.max_images:
+        n = args.max_images
+        dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
+    res = run(cfg, variants, dataset, args.steps, args.warmup, args.workers)
+    res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")

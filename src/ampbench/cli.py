@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=int, default=50, help="timed steps per measurement")
     b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
     b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
+    b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
     b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
     return p
 
@@ -134,7 +135,7 @@ def cmd_train(cfg, args, argv) -> int:
                 f"this machine starts; choose a multiple of {workers}"
             )
         return launch.torchrun(argv, cfg, MODELS_DIR / f"ddp-{args.precision}")
-    stop = train.StopFlag()
+    stop = train.StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
     results = launch.record(train.train_variant)(
         cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop
     )
