@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 from ampbench import checkpoint, data, engine, loader, parallel, precision
@@ -32,12 +35,23 @@ class StopFlag:
     """SIGTERM / Ctrl-C only set a flag; the loop stops at the next step boundary.
 
     A second signal of the same kind falls back to the default behaviour (stop now).
+    With ``watch_parent`` (DDP workers) the death of the parent process sets the flag too:
+    torchrun starts workers in sessions of their own, so a kill -9 of the launcher's process
+    group would otherwise leave them training on as orphans.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, watch_parent: bool = False) -> None:
         self.signum = 0
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._handle)
+        if watch_parent:
+            threading.Thread(target=self._watch, args=(os.getppid(),), daemon=True).start()
+
+    def _watch(self, parent: int) -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        log.warning("parent process %d is gone: stopping at the next step boundary", parent)
+        self.signum = self.signum or signal.SIGTERM
 
     def _handle(self, signum, frame) -> None:
         if self.signum:
