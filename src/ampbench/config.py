@@ -88,7 +88,7 @@ class TrainConfig:
     """Processes a plain `--parallel ddp` start launches when no GPU is present."""
     scale_floor: float = 1.0e-6
     """A GradScaler scale below this counts as divergence (no learning happens any more)."""
-    checkpoint_every_s: float = 10.0
+    checkpoint_every_s: float = 0.0
     """Checkpoint at an epoch end once this many seconds passed since the last one; 0: every epoch."""
     eval_flip: bool = True
     """Test accuracy averages the logits of each image and its mirror image (flip test-time aug)."""
