@@ -771,3 +771,12 @@ def test_installed_packages_have_no_known_vulnerabilities(tmp_path):
             "serving its JSON API?):\n  " + "\n  ".join(skipped[:10])
         )
     assert not problems, "\n".join(problems)
+
+
+def test_stale_temp_file_of_a_killed_writer_is_removed(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    stale = tmp_path / ".checkpoint.pt.tmp-99999"
+    stale.write_bytes(b"half a checkpoint")
+    checkpoint.save({"epoch": 1}, path)
+    assert not stale.exists()
+    assert checkpoint.load(path) == {"epoch": 1}

@@ -19,6 +19,8 @@ class CheckpointError(RuntimeError):
 
 def save(obj: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a writer killed with -9
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
