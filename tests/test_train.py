@@ -402,3 +402,21 @@ def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
     job.cfg = _tiny_cfg(epochs=1, batch_size=20)
     with pytest.raises(ValueError, match="only 3 training steps .* needs at least 4"):
         engine.train_seed(job)
+
+
+def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
+    """The same `ampbench train --parallel ddp` command, started as workers of torchrun itself."""
+    import subprocess
+    import sys
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                "--nproc-per-node", "2"]  # fmt: skip
+    cmd = [*torchrun, "-m", "ampbench", "train", "--parallel", "ddp", "--precision", "fp32"]
+    proc = subprocess.run(cmd, cwd=project, env=_cpu_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "launching" not in proc.stderr  # it did not start a second torchrun inside
+    saved = _model_pt(project, "ddp-fp32")
+    run = _run_named(project, "ddp-fp32")
+    assert run.info.run_id == saved["run_id"]
+    assert run.data.params["world_size"] == "2"
+    assert run.info.status == "FINISHED"
