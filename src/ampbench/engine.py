@@ -226,7 +226,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
     last_save = time.perf_counter()
     for epoch in range(state["epoch"], t.epochs):
         first = state["step"] if epoch == state["epoch"] else 0
-        torch.manual_seed(job.seed * 1000 + epoch * 10 + strategy.rank)  # dropout, per rank
+        torch.manual_seed((job.seed * 100_003 + epoch) * 4099 + strategy.rank)  # dropout, per rank
         stats.zero_()
         stats[FIRST_BAD] = -1
         if first and state["stats"] is not None:
