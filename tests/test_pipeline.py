@@ -175,7 +175,8 @@ def test_mlflow_run_entry_point(tmp_path: Path):
     shutil.copytree(REPO, proj, ignore=shutil.ignore_patterns(*skip))
     write_params(proj)
     archive = image_folder_archive(tmp_path)
-    params = ["-P", "precision=autocast", "-P", "epochs=1", "-P", f"data_url={archive}"]
+    params = ["-P", "precision=autocast", "-P", "epochs=1", "-P", "batch_size=10"]
+    params += ["-P", f"data_url={archive}"]
     cmd = [str(BIN / "mlflow"), "run", ".", "--env-manager", "local", *params]
     sh([*cmd, "--experiment-name", "mlproject-test"], proj)
     found = runs(proj, "mlproject-test")
@@ -187,3 +188,4 @@ def test_mlflow_run_entry_point(tmp_path: Path):
     children = [r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert [c.info.run_name for c in children] == ["single-autocast"]
     assert children[0].data.params["train.epochs"] == "1"
+    assert children[0].data.params["train.batch_size"] == "10"
