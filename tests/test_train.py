@@ -420,3 +420,11 @@ def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
     assert run.info.run_id == saved["run_id"]
     assert run.data.params["world_size"] == "2"
     assert run.info.status == "FINISHED"
+
+
+def test_momentum_buffers_start_at_zero():
+    """Fused SGD would create them uninitialised on a first step GradScaler skips (CUDA)."""
+    cfg = _tiny_cfg()
+    raw, _, opt, *_ = engine.setup(cfg, precision.PRECISIONS["autocast_gradscaler"], parallel.Single(), 10, 10)
+    for p in raw.parameters():
+        torch.testing.assert_close(opt.state[p]["momentum_buffer"], torch.zeros_like(p), rtol=0, atol=0)

@@ -94,7 +94,8 @@ def to_markdown(rows: list[dict]) -> str:
     note = (f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
             f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
             f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
-            "Diverged runs are counted in their variant and included in its means.\n")  # fmt: skip
+            "Diverged runs are counted in their variant and included in its means. Peak MB: device "
+            "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU.\n")  # fmt: skip
     return "# Comparison of the variants\n\n" + "\n".join(lines) + "\n" + note
 
 

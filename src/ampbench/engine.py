@@ -1,7 +1,8 @@
 """The training core: one loop for all nine precision x parallel variants. Imports no mlflow.
 
 ``train_seed`` trains one seed. Precision and parallelism arrive as small strategy objects, so the
-step has no per-variant branches. The hot loop never syncs the host: loss, accuracy, non-finite
+step has no per-variant branches. The hot loop does not sync the host (DDP ranks agree on
+stopping every `train.stop_check_every` steps, one small all-reduce): loss, accuracy, non-finite
 losses and GradScaler skips accumulate in one device tensor that is read once per epoch. On one
 CUDA device the whole step (forward, backward, scaler, fused SGD) is replayed from a CUDA graph.
 
@@ -166,6 +167,12 @@ def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
         weight_decay=t.weight_decay,
         fused=device.type == "cuda" or None,  # fused: GradScaler's checks stay on the device
     )
+    if t.momentum > 0:
+        # Fused SGD creates momentum buffers with empty_like on its first step and leaves them
+        # uninitialised if GradScaler skips that step (inf gradients): start them at zero, which
+        # is the same maths (buffer = gradient on the first real step).
+        for p in raw_model.parameters():
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
     if total_steps < 4:
         raise ValueError(
             f"only {total_steps} training steps (train.epochs x train set / train.batch_size): the "
@@ -211,9 +218,9 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         torch.cuda.reset_peak_memory_stats(device)
     result = {"diverged": False, **facts, **strategy.facts()}
 
-    def save(epoch: int, step_in_epoch: int, partial) -> None:
+    def save(epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0) -> None:
         if strategy.is_main:
-            state.update(epoch=epoch, step=step_in_epoch, stats=partial)
+            state.update(epoch=epoch, step=step_in_epoch, stats=partial, elapsed=elapsed)
             checkpoint.save(
                 {
                     **state, "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
@@ -229,8 +236,10 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         torch.manual_seed((job.seed * 100_003 + epoch) * 4099 + strategy.rank)  # dropout, per rank
         stats.zero_()
         stats[FIRST_BAD] = -1
+        before = 0.0
         if first and state["stats"] is not None:
             stats.copy_(torch.as_tensor(state["stats"], dtype=torch.float64))
+            before = state.get("elapsed", 0.0)
         model.train()
         _sync(device)
         t0 = time.perf_counter()
@@ -245,12 +254,14 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == len(batches)
             if check and strategy.any(job.stop_requested()):
-                save(epoch, i + 1, stats.tolist())
+                _sync(device)
+                save(epoch, i + 1, stats.tolist(), before + time.perf_counter() - t0)
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
         _sync(device)
-        seconds = time.perf_counter() - t0
+        seconds = before + time.perf_counter() - t0  # before: a resumed epoch's earlier part
         s = strategy.all_sum(stats.clone())
         s[FIRST_BAD] = stats[FIRST_BAD]
+        s[SKIPPED] = stats[SKIPPED]  # every rank's scaler sees the same all-reduced gradients
         loss_sum, correct, count, nonfinite, skipped, first_bad, _, finite = s.tolist()
         weights_ok = bool(torch.stack([p.isfinite().all() for p in raw_model.parameters()]).all())
         scale = float(precision.scale_tensor(scaler, device))
@@ -259,7 +270,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             "train_accuracy": correct / max(1, count),
             "epoch_seconds": seconds,
             "epoch_images_per_second": count / seconds,
-            "lr": sched.get_last_lr()[0],
+            "lr": float(sched.get_last_lr()[0]),  # a device tensor when a CUDA graph is used
             "grad_scale": scale,
             "skipped_steps": skipped,
             "nonfinite_losses": nonfinite,

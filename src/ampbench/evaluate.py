@@ -82,6 +82,7 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
     """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics."""
     precision_name = variant.split("-", 1)[1]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    precision.disable_tf32()  # fp32 is evaluated in true fp32 too
     classes = list(dataset["classes"])
     images, labels = dataset["test_images"].to(device), dataset["test_labels"]
     per_seed, curves, confusion_rows = [], [], []
@@ -94,19 +95,11 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
         metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
         run_id = saved["run_id"]
         if tracker is not None:
-            _log_to_run(
-                tracker,
-                run_id,
-                variant,
-                seed,
-                metrics,
-                cm,
-                report,
-                classes,
-                model,
-                log_model,
-                saved["config"],
-            )
+            # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
+            # extra point at step 0 and the run's latest value is the evaluation's.
+            step = len(saved["history"])
+            _log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes,
+                        model if log_model else None, saved["config"])  # fmt: skip
         per_seed.append({"seed": seed, "run_id": run_id, **metrics,
                          **{k: saved["result"].get(k) for k in TRAIN_KEYS}})  # fmt: skip
         curves += [{"seed": seed, **h} for h in saved["history"]]
@@ -128,16 +121,16 @@ def _mean_std(per_seed: list[dict]) -> dict:
     return out
 
 
-def _log_to_run(tracker, run_id, variant, seed, metrics, cm, report, classes, model, log_model, model_config):
-    tracker.log_metrics(run_id, metrics)
+def _log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model, model_config):
+    tracker.log_metrics(run_id, metrics, step=step)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        confusion_png(cm, classes, f"{variant} seed {seed}: confusion matrix", tmp / "confusion_matrix.png")
+        confusion_png(cm, classes, f"{title}: confusion matrix", tmp / "confusion_matrix.png")
         (tmp / "confusion_matrix.json").write_text(json.dumps({"classes": classes, "matrix": cm}))
         (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
         for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
             tracker.log_artifact(run_id, tmp / name, "evaluation")
-    if log_model:  # plain weights + config: loads with torch.load(weights_only=True), runs no code
+    if model is not None:  # plain weights + config: loads with torch.load(weights_only=True), runs no code
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.pt"
             torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()},

@@ -54,7 +54,7 @@ class StopFlag:
         self.signum = self.signum or signal.SIGTERM
 
     def _handle(self, signum, frame) -> None:
-        if self.signum:
+        if self.signum == signum:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         self.signum = signum
@@ -68,15 +68,17 @@ def variant_name(parallel_name: str, precision_name: str) -> str:
     return f"{parallel_name}-{precision_name}"
 
 
-def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool) -> dict | None:
-    if not ckpt.exists():
+def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> dict | None:
+    state = checkpoint.load(ckpt) if ckpt.exists() else None
+    strategy.barrier()  # every rank has read it before rank 0 may discard it
+    if state is None:
         return None
-    state = checkpoint.load(ckpt)
     if state.get("config_digest") == digest and state.get("variant") == variant:
         return state
     if fresh:
-        log.warning("discarding %s (written by another configuration): --fresh", ckpt)
-        ckpt.unlink()
+        if strategy.is_main:
+            log.warning("discarding %s (written by another configuration): --fresh", ckpt)
+            ckpt.unlink(missing_ok=True)
         return None
     raise ResumeError(
         f"{ckpt} was written by variant {state.get('variant')!r} with config "
@@ -117,7 +119,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
 def _train_one(job: engine.Job, variant: str, tracker: Tracker | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
-    resume = _load_resume(job.checkpoint_path, digest, variant, fresh)
+    resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
     parallel_name, precision_name = variant.split("-", 1)
     run_id = resume["run_id"] if resume else None
     if main and run_id:
