@@ -425,6 +425,7 @@ def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
 def test_momentum_buffers_start_at_zero():
     """Fused SGD would create them uninitialised on a first step GradScaler skips (CUDA)."""
     cfg = _tiny_cfg()
-    raw, _, opt, *_ = engine.setup(cfg, precision.PRECISIONS["autocast_gradscaler"], parallel.Single(), 10, 10)
+    prec = precision.PRECISIONS["autocast_gradscaler"]
+    raw, _, opt, *_ = engine.setup(cfg, prec, parallel.Single(), 10, 10)
     for p in raw.parameters():
         torch.testing.assert_close(opt.state[p]["momentum_buffer"], torch.zeros_like(p), rtol=0, atol=0)
