@@ -14,6 +14,7 @@ the whole configuration is validated before anything runs.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -25,6 +26,7 @@ log = logging.getLogger("ampbench")
 
 # Paths, written once here (dvc.yaml names the same ones).
 DATA_FILE = Path("data/prepared/cifar10.pt")
+SOURCE_FILE = DATA_FILE.with_name("source.json")  # the data settings DATA_FILE was made from
 RAW_DIR = Path("data/raw")
 MODELS_DIR = Path("models")
 REPORTS_DIR = Path("reports")
@@ -121,12 +123,41 @@ def cmd_download(cfg, args, argv) -> int:
     d = cfg.data
     data.prepare(d.url, DATA_FILE, RAW_DIR, sha256=d.sha256, retries=d.retries, timeout_s=d.timeout_s,
                  train_per_class=d.train_per_class, test_per_class=d.test_per_class)  # fmt: skip
+    SOURCE_FILE.write_text(json.dumps(_data_source(cfg), indent=1) + "\n")
     return 0
+
+
+def _data_source(cfg) -> dict:
+    """The data settings that decide what the prepared file holds (logged as params too)."""
+    d = cfg.data
+    return {"data.url": d.url, "data.sha256": d.sha256, "data.train_per_class": d.train_per_class,
+            "data.test_per_class": d.test_per_class}  # fmt: skip
+
+
+def _prepared_mismatch(cfg) -> list[str]:
+    """Settings whose value differs from what data/prepared was made from (empty: consistent)."""
+    if not SOURCE_FILE.exists():
+        return []  # prepared by hand or by an older version: nothing to compare
+    made = json.loads(SOURCE_FILE.read_text())
+    return [f"{k}: prepared from {made.get(k)!r}, configured {v!r}" for k, v in _data_source(cfg).items()
+            if made.get(k) != v]  # fmt: skip
+
+
+def _check_prepared(cfg) -> None:
+    """Refuse to train or evaluate on data other than the params say (the run would log wrong params)."""
+    wrong = _prepared_mismatch(cfg)
+    if wrong:
+        raise ConfigError(
+            f"{DATA_FILE} does not match the data settings:\n  "
+            + "\n  ".join(wrong)
+            + "\nRun `ampbench download` (or `dvc repro`) with these settings first."
+        )
 
 
 def cmd_train(cfg, args, argv) -> int:
     from ampbench import launch, train
 
+    _check_prepared(cfg)
     if args.parallel == "ddp" and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
         if cfg.train.batch_size % workers:
@@ -149,6 +180,7 @@ def cmd_train(cfg, args, argv) -> int:
 def cmd_evaluate(cfg, args, argv) -> int:
     from ampbench import data, evaluate, tracking
 
+    _check_prepared(cfg)
     tracker = tracking.Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
     tracker.preflight()
     variant = f"{args.parallel}-{args.precision}"
@@ -186,7 +218,7 @@ def cmd_compare(cfg, args, argv) -> int:
 def cmd_variant(cfg, args, argv) -> int:
     """The MLproject entry point: everything one variant needs, in one command."""
     base = ["--params", args.params, *sum((["--set", o] for o in _all_overrides(args)), [])]
-    if not DATA_FILE.exists():
+    if not DATA_FILE.exists() or _prepared_mismatch(cfg):
         code = main(["download", *base])
         if code:
             return code
