@@ -167,13 +167,6 @@ def make(name: str, collective_timeout_s: float = 300.0) -> Single:
     return STRATEGIES[name](collective_timeout_s)
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The raw model under a DataParallel / DDP wrapper."""
-    return (
-        model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
-    )
-
-
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
