@@ -11,7 +11,8 @@ from conftest import run_cli
 def test_bench_on_cpu(project: Path):
     out = project / "reports" / "bench"
     run_cli(project, "bench", "--variants", "single-fp32,single-autocast_gradscaler", "--batch-size", "20",
-            "--steps", "2", "--warmup", "1", "--workers", "0", "--out", str(out))  # fmt: skip
+            "--steps", "2", "--warmup", "1", "--workers", "0", "--profile", "2",
+            "--out", str(out))  # fmt: skip
     res = json.loads(out.with_suffix(".json").read_text())
     measures = [(r["measure"], r["variant"]) for r in res["rows"]]
     assert measures == [
@@ -27,7 +28,20 @@ def test_bench_on_cpu(project: Path):
     assert res["rows"][2]["amp_dtype"] == "bfloat16"
     assert 0.01 < res["gflop_per_image"] < 1  # counted by torch's FLOP counter, tiny model
     assert res["tf32"] is False and res["batch"] == 20
-    assert "| pipeline | single-fp32 |" in out.with_suffix(".md").read_text()
+    md = out.with_suffix(".md").read_text()
+    assert "| pipeline | single-fp32 |" in md
+    # --profile: per-operator time of the ceiling step (CPU), per variant, busiest first.
+    assert set(res["profiles"]) == {"single-fp32", "single-autocast_gradscaler"}
+    for name, prof in res["profiles"].items():
+        times = [k["us_per_step"] for k in prof["kernels"]]
+        assert times == sorted(times, reverse=True) and times[0] > 0
+        names = {k["kernel"] for k in prof["kernels"]}
+        assert any("conv" in n for n in names), names  # the model's convolutions show up
+        assert f"Profile of the ceiling step, {name}" in md
+    # GradScaler's inf check shows up only where a scaler is used.
+    scaler_ops = [{k["kernel"] for k in res["profiles"][v]["kernels"] if "non_finite" in k["kernel"]}
+                  for v in ("single-fp32", "single-autocast_gradscaler")]  # fmt: skip
+    assert not scaler_ops[0] and scaler_ops[1]
 
 
 def test_bench_refuses_ddp(project: Path):

@@ -257,7 +257,8 @@ def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, pr
     assert [r.info.run_id for r in runs(proj)] == [run_id]  # one run for the variant and seed
     assert _status(proj, run_id) == "FINISHED"
     assert [h["epoch"] for h in final["history"]] == list(range(1, LONG_EPOCHS + 1))
-    assert _metric_steps(proj, run_id, "train_loss") == list(range(1, LONG_EPOCHS + 1))
+    # Every epoch is recorded; one killed after logging but before its checkpoint is logged again.
+    assert sorted(set(_metric_steps(proj, run_id, "train_loss"))) == list(range(1, LONG_EPOCHS + 1))
     _assert_same_weights(final["state_dict"], reference["state_dict"])
 
 

@@ -213,7 +213,9 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
     initial = {k: v.detach().clone() for k, v in raw.state_dict().items()}
     stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64)
     criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
-    step = engine.Step(model, opt, scaler, criterion, stats, strategy.device, use_graph)
+    step = engine.Step(
+        model, opt, scaler, criterion, stats, strategy.device, use_graph, strategy.graph_warmup_steps
+    )
     model.train()
     for epoch in range(t.epochs):
         for images, labels in batches.epoch(epoch):

@@ -12,7 +12,8 @@ For each variant (``single`` or ``dp``) at one batch size, in one process:
 
 Clocks are read only after ``torch.cuda.synchronize``; warm-up steps (graph capture, cuDNN
 autotuning, worker start-up) are excluded and reported separately. TF32 is off, as in training.
-Writes ``<out>.md`` and ``<out>.json``.
+Writes ``<out>.md`` and ``<out>.json``. With ``--profile N`` it also lists the time per kernel (CPU:
+per operator) of N ceiling steps per variant, from torch.profiler: where the step's time goes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from ampbench import data, engine, loader, parallel, precision
 from ampbench.config import replace
 
 log = logging.getLogger(__name__)
+
+PROFILE_ROWS = 25  # kernels listed per profiled variant in the markdown (the JSON has all)
 
 
 def train_flops_per_image(cfg, num_classes: int) -> float:
@@ -63,7 +66,9 @@ def _trainer(cfg, variant: str, dataset: dict, strategy):
     raw, model, opt, sched, scaler, facts, use_graph = engine.setup(cfg, prec, strategy, 10, 10**6)
     stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64, device=strategy.device)
     crit = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
-    return engine.Step(model, opt, scaler, crit, stats, strategy.device, use_graph), facts
+    warmup = strategy.graph_warmup_steps
+    step = engine.Step(model, opt, scaler, crit, stats, strategy.device, use_graph, warmup)
+    return step, facts
 
 
 def _row(what, variant, batch, sec, warm, flops, device, facts) -> dict:
@@ -77,10 +82,31 @@ def _row(what, variant, batch, sec, warm, flops, device, facts) -> dict:
             "cuda_graph": facts["cuda_graph_used"]}  # fmt: skip
 
 
-def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, workers: int) -> dict:
+def kernel_profile(fn, steps: int, device) -> dict:
+    """Time per step by kernel (CUDA, via CUPTI) or by operator (CPU), from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    engine._sync(device)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            fn()
+        engine._sync(device)
+    kernels = []
+    for e in prof.key_averages():
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if us > 0:
+            kernels.append({"kernel": e.key, "us_per_step": us / steps, "calls_per_step": e.count / steps})
+    kernels.sort(key=lambda k: -k["us_per_step"])
+    return {"steps": steps, "busy_ms_per_step": sum(k["us_per_step"] for k in kernels) / 1e3,
+            "kernels": kernels}  # fmt: skip
+
+
+def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, workers: int,
+        profile_steps: int = 0) -> dict:  # fmt: skip
     batch = cfg.train.batch_size
     flops = train_flops_per_image(cfg, len(dataset["classes"]))
-    rows = []
+    rows, profiles = [], {}
     for variant in variants:
         strategy = parallel.make(variant.split("-", 1)[0])
         device = strategy.setup()
@@ -98,9 +124,12 @@ def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, worker
         step, facts = _trainer(cfg, variant, dataset, strategy)
         x, y = next(batches.epoch(2))
         # At least the graph's eager warm-up steps plus its capture stay out of the timed steps.
-        warm_steps = max(warmup, engine.GRAPH_WARMUP_STEPS + 1)
+        warm_steps = max(warmup, step.warmup_steps + 1)
         sec, warm = _timed(lambda s=step, b=(x, y): s(*b), steps, warm_steps, device)
         rows.append(_row("ceiling", variant, batch, sec, warm, flops, device, facts))
+        if profile_steps:
+            profiles[variant] = kernel_profile(lambda s=step, b=(x, y): s(*b), profile_steps, device)
+            profiles[variant]["ms_per_step"] = sec * 1e3
         log.info("%s: pipeline %.0f img/s, ceiling %.0f img/s", variant, rows[-2]["images_per_second"],
                  rows[-1]["images_per_second"])  # fmt: skip
     # Reference: the tutorial's DataLoader pipeline feeding the same step (last variant).
@@ -114,7 +143,7 @@ def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, worker
         r["fraction_of_ceiling"] = r["images_per_second"] / ceilings[r["variant"]]
     return {"hardware": strategy.facts()["device_name"], "torch": torch.__version__,
             "tf32": False, "batch": batch, "steps": steps, "warmup": warmup,
-            "gflop_per_image": flops / 1e9, "rows": rows}  # fmt: skip
+            "gflop_per_image": flops / 1e9, "rows": rows, "profiles": profiles}  # fmt: skip
 
 
 def to_markdown(res: dict) -> str:
@@ -132,6 +161,18 @@ def to_markdown(res: dict) -> str:
             f"| {r['ms_per_step']:.2f} | {r['fraction_of_ceiling']:.0%} | {r['tflops']:.1f} "
             f"| {r['peak_memory_mb']:,.0f} | {r['warmup_seconds']:.2f} |"
         )
+    for variant, p in res.get("profiles", {}).items():
+        lines += [
+            "",
+            f"Profile of the ceiling step, {variant} ({p['steps']} steps, torch.profiler): kernels "
+            f"(CPU: operators' self time) busy {p['busy_ms_per_step']:.3f} ms of {p['ms_per_step']:.3f} ms "
+            "per step.",
+            "",
+            "| kernel / operator | µs/step | calls/step |",
+            "|---|---|---|",
+        ]
+        lines += [f"| `{k['kernel'][:100]}` | {k['us_per_step']:.1f} | {k['calls_per_step']:g} |"
+                  for k in p["kernels"][:PROFILE_ROWS]]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +188,7 @@ def main(cfg, args, data_file: Path) -> dict:
     if args.max_images:
         n = args.max_images
         dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
-    res = run(cfg, variants, dataset, args.steps, args.warmup, args.workers)
+    res = run(cfg, variants, dataset, args.steps, args.warmup, args.workers, args.profile)
     res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
     b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
     b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
+    b.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="also profile STEPS ceiling steps per variant with torch.profiler and list "
+                        "the time per GPU kernel (CPU: per operator); 0: off")  # fmt: skip
     b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
     return p
 

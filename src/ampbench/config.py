@@ -81,7 +81,10 @@ class TrainConfig:
     eval_each_epoch: bool = True
     """Measure test accuracy after every epoch (cheap with data on the device)."""
     cuda_graph: bool = True
-    """Capture the training step in a CUDA graph when training on one CUDA device."""
+    """Replay the training step from a CUDA graph where the strategy allows it (CUDA: single, dp
+    on one GPU, ddp over NCCL; not dp over several GPUs, whose replicas run in threads)."""
+    cudnn_benchmark: bool = False
+    """Let cuDNN time its convolution algorithms for each shape once, then use the fastest."""
     channels_last: bool = True
     """Use channels_last memory format on CUDA (faster convolutions on tensor cores)."""
     ddp_cpu_workers: int = 2

@@ -29,10 +29,10 @@ import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import torch
-import torchvision
-from torchvision.datasets.folder import make_dataset
-from torchvision.datasets.utils import check_integrity
 from tqdm import tqdm
+
+# torchvision is imported where it is used (download / prepare only): importing it pulls in
+# torch._dynamo, seconds that every train and evaluate stage would pay just to load the data.
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,9 @@ def _bundle(train_images, train_labels, test_images, test_labels, classes) -> di
 
 def load_cifar_python(root: Path) -> dict:
     """Read `root/cifar-10-batches-py/`; torchvision MD5-checks each file before unpickling it."""
+    import torchvision
+    from torchvision.datasets.utils import check_integrity
+
     cls = torchvision.datasets.CIFAR10
     try:
         train, test = (cls(str(root), train=t, download=False) for t in (True, False))
@@ -229,6 +232,9 @@ def _class_names(folder: Path) -> set[str]:
 
 
 def _decode_split(folder: Path, class_to_idx: dict[str, int]) -> tuple[torch.Tensor, list[int]]:
+    import torchvision
+    from torchvision.datasets.folder import make_dataset
+
     try:
         samples = make_dataset(str(folder), class_to_idx, extensions=IMAGE_EXTENSIONS)
     except FileNotFoundError as exc:

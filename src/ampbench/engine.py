@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 # Layout of the per-epoch device accumulator.
 LOSS, CORRECT, COUNT, NONFINITE, SKIPPED, FIRST_BAD, STEP, FINITE = range(8)
 STATS_SIZE = 8
-GRAPH_WARMUP_STEPS = 3
 
 
 class Stopped(Exception):
@@ -66,9 +65,10 @@ def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Modul
 class Step:
     """One training step, run eagerly or replayed from a captured CUDA graph."""
 
-    def __init__(self, model, opt, scaler, criterion, stats, device, use_graph):
+    def __init__(self, model, opt, scaler, criterion, stats, device, use_graph, warmup_steps=3):
         self.model, self.opt, self.scaler, self.criterion = model, opt, scaler, criterion
         self.stats, self.device, self.use_graph = stats, device, use_graph
+        self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
         self.graph, self.calls = None, 0
 
     def _run(self, images, labels) -> None:
@@ -76,8 +76,12 @@ class Step:
         out = self.model(images)
         loss = self.criterion(out, labels)
         self.scaler.scale(loss).backward()
+        # Unscale explicitly: one pass checks and unscales the gradients. Left to step(), the
+        # scaler makes a check-only pass and fused SGD then unscales and writes every gradient
+        # again (profiled on an H200: 0.14 ms per step instead of 0.08). No-op when disabled.
+        self.scaler.unscale_(self.opt)
         self.scaler.step(self.opt)
-        before = precision.scale_tensor(self.scaler, self.device).clone()
+        skipped = precision.found_inf(self.scaler, self.opt)  # read before update() resets it
         self.scaler.update()
         with torch.no_grad():
             s, bad = self.stats, ~torch.isfinite(loss)
@@ -86,7 +90,8 @@ class Step:
             s[COUNT] += len(labels)
             s[NONFINITE] += bad
             s[FINITE] += torch.where(bad, 0, len(labels))
-            s[SKIPPED] += precision.scale_tensor(self.scaler, self.device) < before
+            if skipped is not None:
+                s[SKIPPED] += skipped
             s[FIRST_BAD] = torch.where(bad & (s[FIRST_BAD] < 0), s[STEP], s[FIRST_BAD])
             s[STEP] += 1
 
@@ -94,7 +99,7 @@ class Step:
         self.calls += 1
         if not self.use_graph:
             return self._run(images, labels)
-        if self.graph is None and self.calls <= GRAPH_WARMUP_STEPS:
+        if self.graph is None and self.calls <= self.warmup_steps:
             # Warm-up on a side stream before capture, as CUDA graphs require (real steps).
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -107,7 +112,9 @@ class Step:
                 raise RuntimeError("CUDA graph needs a tensor learning rate (set train.cuda_graph false)")
             self.static = (images.clone(), labels.clone())
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            # thread_local: other threads (DataLoader pin-memory, NCCL watchdog) may touch CUDA
+            # while this one captures; in the default global mode that invalidates the capture.
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self._run(*self.static)
         self.static[0].copy_(images)
         self.static[1].copy_(labels)
@@ -156,8 +163,9 @@ def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
     raw_model = build_model(cfg, num_classes, device)
     scaler, facts = precision.apply(prec, raw_model, device, t.amp_dtype)
     model = strategy.wrap(raw_model)
-    use_graph = t.cuda_graph and device.type == "cuda" and strategy.name == "single"
+    use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph
+    torch.backends.cudnn.benchmark = t.cudnn_benchmark
     opt = torch.optim.SGD(
         raw_model.parameters(),
         # A captured graph reads the learning rate from a device tensor the scheduler fills.
@@ -211,7 +219,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         log.info("resuming seed %d at epoch %d step %d", job.seed, state["epoch"], state["step"])
     criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
     stats = torch.zeros(STATS_SIZE, dtype=torch.float64, device=device)
-    step = Step(model, opt, scaler, criterion, stats, device, use_graph)
+    step = Step(model, opt, scaler, criterion, stats, device, use_graph, strategy.graph_warmup_steps)
     test_x = job.data["test_images"].to(device)
     test_y = job.data["test_labels"].to(device)
     if cuda:
@@ -287,13 +295,15 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             at = int(first_bad) if first_bad >= 0 else len(batches) - 1
             result.update(diverged=True, diverged_epoch=epoch + 1, diverged_step=at)
             log.warning("seed %d diverged at epoch %d step %d", job.seed, epoch + 1, at)
+        # Record first, then checkpoint: a kill in between re-runs this epoch on resume and logs
+        # the same values again, where the other order would lose this epoch's metrics.
+        hooks.on_epoch(epoch + 1, metrics)
         # Checkpoints are not free (model + momentum: 190 MB, fsync'd): on a fast GPU an epoch
         # takes a fraction of a second, so save when checkpoint_every_s has passed.
         last = epoch + 1 == t.epochs or diverged  # train.py writes model.pt next
         if not last and time.perf_counter() - last_save >= t.checkpoint_every_s:
             save(epoch + 1, 0, None)
             last_save = time.perf_counter()
-        hooks.on_epoch(epoch + 1, metrics)
         if diverged:
             break
     hist = state["history"]

@@ -13,8 +13,6 @@ partial batch (static shapes), and can start mid-epoch for resume.
 from __future__ import annotations
 
 import torch
-import torchvision.transforms.v2 as T
-from PIL import Image
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -84,6 +82,8 @@ class _PilDataset(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
+        from PIL import Image
+
         return self.transform(Image.fromarray(self.images[i])), self.labels[i]
 
 
@@ -91,6 +91,8 @@ class TorchLoader(DeviceLoader):
     """The tutorial's input pipeline: DataLoader workers with PIL transforms."""
 
     def __init__(self, images, labels, global_batch, rank, world_size, device, seed, workers=8):
+        import torchvision.transforms.v2 as T  # only this reference pipeline needs torchvision
+
         self.device = device
         transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.PILToTensor()])
         self.dataset = _PilDataset(images, labels, transform)

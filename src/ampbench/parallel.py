@@ -28,6 +28,8 @@ class Single:
     rank = 0
     local_rank = 0
     world_size = 1
+    # Eager steps before a CUDA graph is captured (cuDNN/cuBLAS set-up, lazy optimizer state).
+    graph_warmup_steps = 3
 
     def __init__(self, collective_timeout_s: float = 300.0) -> None:
         self.timeout = datetime.timedelta(seconds=collective_timeout_s)
@@ -45,6 +47,10 @@ class Single:
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
+
+    def capturable(self) -> bool:
+        """Whether the wrapped training step can be captured in a CUDA graph."""
+        return self.device.type == "cuda"
 
     def per_process_batch(self, global_batch: int) -> int:
         return global_batch
@@ -91,6 +97,11 @@ class DataParallel(Single):
             )
         return nn.DataParallel(model) if self.device.type == "cuda" else model
 
+    def capturable(self) -> bool:
+        # On one GPU DataParallel calls the module directly; on several it replicates the model
+        # and runs the replicas in threads at every forward, which a CUDA graph cannot capture.
+        return self.device.type == "cuda" and self.devices_used() == 1
+
     def devices_used(self) -> int:
         return max(1, torch.cuda.device_count()) if self.device.type == "cuda" else 1
 
@@ -99,6 +110,9 @@ class Distributed(Single):
     """DistributedDataParallel, one process per device, started by torchrun."""
 
     name = "ddp"
+    # PyTorch's CUDA-graph notes: DDP needs at least 11 eager iterations before capture (its
+    # reducer rebuilds buckets and settles its state during the first ones).
+    graph_warmup_steps = 11
 
     def __init__(self, collective_timeout_s: float = 300.0) -> None:
         super().__init__(collective_timeout_s)
@@ -129,8 +143,18 @@ class Distributed(Single):
         return self.device
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        ids = [self.local_rank] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if self.device.type != "cuda":
+            return nn.parallel.DistributedDataParallel(model)
+        # Built on a side stream, as CUDA-graph capture of DDP requires; harmless when eager.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ddp = nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank])
+        torch.cuda.current_stream().wait_stream(side)
+        return ddp
+
+    # capturable: inherited. NCCL collectives (the gradient all-reduce, the buffer broadcast)
+    # can be captured in CUDA graphs; gloo on CPU has no graphs.
 
     def per_process_batch(self, global_batch: int) -> int:
         if global_batch % self.world_size:
@@ -144,6 +168,8 @@ class Distributed(Single):
         return self.world_size
 
     def any(self, flag: bool) -> bool:
+        if self.world_size == 1:  # no collective, no host sync per step
+            return flag
         t = torch.tensor([float(flag)], device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())

@@ -87,3 +87,16 @@ def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Te
     if scaler.is_enabled() and scaler._scale is not None:
         return scaler._scale
     return torch.ones((), device=device)
+
+
+def found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    """1.0 if the step just taken was skipped for inf/NaN gradients, else 0.0 (a device tensor).
+
+    Valid between ``scaler.step()`` and ``scaler.update()``; None for a disabled scaler. These are
+    the scaler's own flags (one per device), so counting skips adds no kernels of our own beyond
+    one add.
+    """
+    if not scaler.is_enabled():
+        return None
+    flags = list(scaler._found_inf_per_device(optimizer).values())
+    return flags[0] if len(flags) == 1 else sum(flags)
