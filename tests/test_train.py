@@ -431,3 +431,45 @@ def test_momentum_buffers_start_at_zero():
     raw, _, opt, *_ = engine.setup(cfg, prec, parallel.Single(), 10, 10)
     for p in raw.parameters():
         torch.testing.assert_close(opt.state[p]["momentum_buffer"], torch.zeros_like(p), rtol=0, atol=0)
+
+
+def test_graph_capture_follows_the_strategy(monkeypatch):
+    """CUDA graphs where the wrapper allows them: not on CPU, not for DataParallel over 2+ GPUs."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    strategies = [parallel.Single(), parallel.DataParallel(), parallel.Distributed()]
+    assert not any(s.capturable() for s in strategies)  # CPU: no graphs
+    for s in strategies:
+        s.device = torch.device("cuda", 0)  # capturable() only looks at the device and GPU count
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert [s.capturable() for s in strategies] == [True, True, True]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [s.capturable() for s in strategies] == [True, False, True]  # DP replicas run in threads
+    # DDP needs more eager iterations before capture than a plain module.
+    assert strategies[2].graph_warmup_steps > strategies[0].graph_warmup_steps
+
+
+def test_ddp_world_of_one_checks_stop_without_a_collective(monkeypatch):
+    """No all-reduce (and no host sync) per step when one process has nobody to agree with."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    strategy = parallel.Distributed()
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda *a, **k: pytest.fail("all_reduce called"))
+    assert strategy.any(True) is True and strategy.any(False) is False
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_found_inf_says_whether_gradscaler_skipped_the_step(bad: bool):
+    w = nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    loss = (w * torch.tensor([1.0, float("inf") if bad else 2.0, 3.0])).sum()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    assert float(precision.found_inf(scaler, opt)) == float(bad)
+    scaler.update()
+    assert torch.equal(w.detach(), torch.ones(3)) == bad  # skipped: weights untouched
+    assert precision.found_inf(torch.amp.GradScaler("cpu", enabled=False), opt) is None

@@ -3,8 +3,9 @@
 ``train_seed`` trains one seed. Precision and parallelism arrive as small strategy objects, so the
 step has no per-variant branches. The hot loop does not sync the host (DDP ranks agree on
 stopping every `train.stop_check_every` steps, one small all-reduce): loss, accuracy, non-finite
-losses and GradScaler skips accumulate in one device tensor that is read once per epoch. On one
-CUDA device the whole step (forward, backward, scaler, fused SGD) is replayed from a CUDA graph.
+losses and GradScaler skips accumulate in one device tensor that is read once per epoch. On CUDA
+the whole step (forward, backward, scaler, fused SGD) is replayed from a CUDA graph wherever the
+parallel strategy allows it (``strategy.capturable()``).
 
 Whatever happens, ``hooks`` hears about it (rank 0 records it in MLflow) and a checkpoint is
 written atomically at every epoch end, so a crash loses at most the current epoch.
