@@ -66,7 +66,7 @@ def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Modul
 class Step:
     """One training step, run eagerly or replayed from a captured CUDA graph."""
 
-    def __init__(self, model, opt, scaler, criterion, stats, device, use_graph, warmup_steps=3):
+    def __init__(self, model, opt, scaler, criterion, stats, device, use_graph, warmup_steps):
         self.model, self.opt, self.scaler, self.criterion = model, opt, scaler, criterion
         self.stats, self.device, self.use_graph = stats, device, use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
