@@ -29,6 +29,7 @@ DATA_FILE = Path("data/prepared/cifar10.pt")
 SOURCE_FILE = DATA_FILE.with_name("source.json")  # the data settings DATA_FILE was made from
 RAW_DIR = Path("data/raw")
 MODELS_DIR = Path("models")
+WORK_DIR = Path("checkpoints")  # in-progress seeds: checkpoints, finished models (no DVC output)
 REPORTS_DIR = Path("reports")
 VARIANTS = [f"{p}-{q}" for p in PARALLELS for q in PRECISIONS]
 EXIT_ERROR, EXIT_USAGE = 1, 2
@@ -168,10 +169,10 @@ def cmd_train(cfg, args, argv) -> int:
                 f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
                 f"this machine starts; choose a multiple of {workers}"
             )
-        return launch.torchrun(argv, cfg, MODELS_DIR / f"ddp-{args.precision}")
+        return launch.torchrun(argv, cfg, WORK_DIR / f"ddp-{args.precision}")
     stop = train.StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
     results = launch.record(train.train_variant)(
-        cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop
+        cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop, WORK_DIR
     )
     for r in results:
         log.info("seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",
@@ -184,16 +185,18 @@ def cmd_evaluate(cfg, args, argv) -> int:
     from ampbench import data, evaluate, tracking
 
     _check_prepared(cfg)
-    tracker = tracking.Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+    tracker = tracking.Tracker.from_config(cfg)
     tracker.preflight()
     variant = f"{args.parallel}-{args.precision}"
+    data_ref = {"digest": data.file_digest(DATA_FILE), "source": cfg.data.url}
     summary = evaluate.evaluate_variant(variant, cfg.train.seeds, MODELS_DIR, data.load_dataset(DATA_FILE),
-                                        REPORTS_DIR, tracker, cfg.tracking.log_model)  # fmt: skip
+                                        REPORTS_DIR, tracker, cfg.tracking.log_model, data_ref)  # fmt: skip
     log.info("%s: test accuracy %.4f ± %.4f over %d seeds", variant, summary["test_accuracy"],
              summary["test_accuracy_std"], len(summary["seeds"]))  # fmt: skip
-    if tracker.parent_run_id:  # under `mlflow run`: the entry point's run gets the summary
+    launcher = tracker.launcher_run_id  # under `mlflow run`: the entry point's run gets the summary too
+    if launcher and launcher not in {s.get("variant_run_id") for s in summary["seeds"]}:
         keys = ("test_accuracy", "test_accuracy_std", "images_per_second", "train_seconds")
-        tracker.log_metrics(tracker.parent_run_id, {k: summary[k] for k in keys})
+        tracker.log_metrics(launcher, {k: summary[k] for k in keys})
     return 0
 
 
@@ -204,17 +207,21 @@ def cmd_compare(cfg, args, argv) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
-    tracker = tracking.Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+    tracker = tracking.Tracker.from_config(cfg)
     tracker.preflight()
     rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR)
     print((REPORTS_DIR / "comparison.md").read_text())
-    run_id = tracker.start("compare", {"stage": "compare"}, {"variants": ",".join(variants)})
-    for name in ("comparison.md", "comparison.csv", "comparison.png"):
-        tracker.log_artifact(run_id, REPORTS_DIR / name)
+    # The comparison's numbers go to each variant's run (its row in the UI); the compare run holds
+    # the table and chart only, so it adds no charts beside the training runs'.
     for r in rows:
-        tracker.log_metrics(run_id, {f"speedup_{r['variant']}": r["speedup"],
-                                     f"test_accuracy_{r['variant']}": r["test_accuracy_mean"]})  # fmt: skip
+        for run_id in r["variant_run_ids"]:
+            tracker.log_metrics(run_id, {k: r[k] for k in ("speedup", "accuracy_delta", "p_value")
+                                         if isinstance(r[k], float) and r[k] == r[k]})  # fmt: skip
+    run_id = tracker.start("compare", {tracking.KIND_TAG: "compare"}, {"variants": ",".join(variants)})
+    for name in ("comparison.md", "comparison.csv", "comparison.png", "summary.json"):
+        tracker.log_artifact(run_id, REPORTS_DIR / name)
     tracker.end(run_id, "FINISHED")
+    print(f"Browse the runs: {tracker.link()}")
     return 0
 
 
@@ -226,7 +233,12 @@ def cmd_variant(cfg, args, argv) -> int:
         if code:
             return code
     v = ["--parallel", args.parallel, "--precision", args.precision]
-    return main(["train", *v, *base]) or main(["evaluate", *v, *base])
+    code = main(["train", *v, *base]) or main(["evaluate", *v, *base])
+    if not code:
+        from ampbench import tracking
+
+        print(f"Browse the runs: {tracking.Tracker.from_config(cfg).link()}")
+    return code
 
 
 def _all_overrides(args) -> list[str]:

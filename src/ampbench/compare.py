@@ -3,10 +3,13 @@
     ampbench compare
 
 Reads ``reports/metrics/<variant>.json`` (written by evaluate) and writes
-``reports/comparison.{md,csv,png}``: test accuracy, train seconds, images/s and peak memory, the
+``reports/comparison.{md,csv,png}`` and ``reports/summary.json`` (the DVC metrics of the whole
+study, one short entry per variant, so `dvc exp show` fits a terminal): test accuracy, train
+seconds, images/s and peak memory, the
 speed-up against ``single-fp32``, whether each accuracy difference against ``single-fp32`` is
 statistically meaningful (Welch's two-sample t-test over seeds, p < 0.05), devices really used,
-and diverged runs. The same table and chart are logged to MLflow in a run named ``compare``.
+and diverged runs. The same table and chart are logged to MLflow in a run named ``compare``;
+each variant's run gets its speed-up, accuracy difference and p-value.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def summarize(records: dict[str, dict]) -> list[dict]:
         row["devices_used"] = ",".join(sorted({str(s["devices_used"]) for s in seeds}))
         row["device_name"] = seeds[0].get("device_name", "")
         row["amp_dtype"] = seeds[0].get("amp_dtype", "")
+        row["variant_run_ids"] = sorted({s["variant_run_id"] for s in seeds if s.get("variant_run_id")})
         rows.append(row)
     return rows
 
@@ -134,8 +138,19 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path) -> list[dict]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "comparison.md").write_text(to_markdown(rows))
     with open(out_dir / "comparison.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     chart(rows, out_dir / "comparison.png")
+    (out_dir / "summary.json").write_text(json.dumps(summary_metrics(rows), indent=1) + "\n")
     return rows
+
+
+def summary_metrics(rows: list[dict]) -> dict:
+    """The study's answer in a few numbers per variant (DVC metrics: `dvc exp show`, `metrics diff`)."""
+    keep = {"test_accuracy_mean": "test_accuracy", "images_per_second_mean": "images_per_second",
+            "train_seconds_mean": "train_seconds", "speedup": "speedup"}  # fmt: skip
+    return {
+        r["variant"]: {short: round(r[k], 4) for k, short in keep.items() if not math.isnan(r[k])}
+        for r in rows
+    }

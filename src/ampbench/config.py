@@ -22,6 +22,7 @@ PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
 PARALLELS = ("single", "dp", "ddp")
 AMP_DTYPES = ("auto", "float16", "bfloat16")
 LOADERS = ("device", "dataloader")
+SWITCHES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -109,6 +110,11 @@ class TrackingConfig:
     """Log the trained model to MLflow (in the evaluate stage)."""
     preflight_timeout_s: float = 5.0
     """How long to wait for a remote tracking server before failing."""
+    request_timeout_s: float = 10.0
+    """Timeout of one tracking call during training (one retry): a dead server costs seconds."""
+    system_metrics: str = "auto"
+    """CPU/GPU utilisation and memory charts (MLflow system metrics) on the train runs:
+    auto (on with CUDA), on or off."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,12 @@ def _ranges(cfg: Config) -> list[str]:
         ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),
         ("tracking.experiment", bool(cfg.tracking.experiment.strip()), "must not be empty"),
         ("tracking.preflight_timeout_s", cfg.tracking.preflight_timeout_s > 0, "must be > 0"),
+        ("tracking.request_timeout_s", cfg.tracking.request_timeout_s > 0, "must be > 0"),
+        (
+            "tracking.system_metrics",
+            cfg.tracking.system_metrics in SWITCHES,
+            f"must be one of {', '.join(SWITCHES)}",
+        ),
     ]
     return [f"{key}: {value!r} {why}" for key, ok, why in rules if not ok for value in [_get(cfg, key)]]
 

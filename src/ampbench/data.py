@@ -370,3 +370,12 @@ def load_dataset(path: Path, device: torch.device | str | None = None) -> dict:
     if device is not None:
         ds = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in ds.items()}
     return ds
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file (the prepared data's identity in MLflow's Dataset column)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -235,6 +235,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
                     **state, "model": raw_model.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
                     "rng_cpu": torch.get_rng_state(), "seed": job.seed,
+                    # metrics the tracking store has not taken yet: a re-run sends them
+                    "hooks": hooks.state() if hasattr(hooks, "state") else None,
                 },
                 job.checkpoint_path,
             )  # fmt: skip

@@ -3,13 +3,18 @@
     ampbench evaluate --parallel single --precision autocast
 
 Loads ``model.pt`` with ``weights_only=True``, predicts in the variant's own precision, and logs
-into the same MLflow run as the training: test accuracy, per-class accuracy, precision / recall /
-F1 (scikit-learn), the confusion matrix as a labelled PNG and a JSON table, and the model. Writes
-DVC metrics (``reports/metrics/<variant>.json``) and plot data (``reports/plots/<variant>/``).
+into the same MLflow seed run as the training: test accuracy, per-class accuracy, precision /
+recall / F1 (scikit-learn), the confusion matrix as a labelled PNG and a JSON table, the test
+data as a dataset input, and the model as an MLflow model (a ``torch.export`` program that maps
+uint8 images to the class scores this stage ranks, so ``mlflow.pyfunc.load_model(uri).predict``
+reproduces its accuracy). The variant's run gets the mean and std over seeds and the mean
+per-epoch curves: one row per variant in the UI. Writes DVC metrics
+(``reports/metrics/<variant>.json``) and plot data (``reports/plots/<variant>/``).
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import logging
@@ -77,38 +82,113 @@ def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Pat
     plt.close(fig)
 
 
-def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path,
-                     tracker=None, log_model: bool = False) -> dict:  # fmt: skip
-    """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics."""
+class Scorer(torch.nn.Module):
+    """What the logged MLflow model serves: class scores of uint8 images, exactly as ranked here."""
+
+    def __init__(self, model: torch.nn.Module, flip: bool) -> None:
+        super().__init__()
+        self.model, self.flip = model, flip
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits = self.model(images)
+        return logits + self.model(images.flip(3)) if self.flip else logits
+
+
+def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path, tracker=None,
+                     log_model: bool = False, data_ref: dict | None = None) -> dict:  # fmt: skip
+    """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics.
+
+    ``data_ref`` ({"digest", "source"}) names the test data in MLflow's Dataset column.
+    """
     precision_name = variant.split("-", 1)[1]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision.disable_tf32()  # fp32 is evaluated in true fp32 too
     classes = list(dataset["classes"])
     images, labels = dataset["test_images"].to(device), dataset["test_labels"]
-    per_seed, curves, confusion_rows = [], [], []
+    per_seed, curves, confusion_rows, variant_runs = [], [], [], set()
     for seed in seeds:
         path = models_dir / variant / f"seed-{seed}" / "model.pt"
         if not path.exists():
             raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
-        preds = predict(model, images, saved["config"]["train"]["eval_flip"]).cpu()
+        flip = saved["config"]["train"]["eval_flip"]
+        preds = predict(model, images, flip).cpu()
         metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
         run_id = saved["run_id"]
         if tracker is not None:
             # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
             # extra point at step 0 and the run's latest value is the evaluation's.
             step = len(saved["history"])
-            _log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes,
-                        model if log_model else None, saved["config"])  # fmt: skip
-        per_seed.append({"seed": seed, "run_id": run_id, **metrics,
-                         **{k: saved["result"].get(k) for k in TRAIN_KEYS}})  # fmt: skip
+            _log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes)
+            if data_ref:
+                tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"],
+                                    "evaluation")  # fmt: skip
+            if log_model:
+                _log_model(tracker, run_id, Scorer(model, flip), images[:2])
+            variant_runs.add(saved.get("variant_run_id"))
+        per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
+                         **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS}})  # fmt: skip
         curves += [{"seed": seed, **h} for h in saved["history"]]
         if not confusion_rows:  # DVC's confusion template: one row per sample (first seed)
             confusion_rows = [{"actual": classes[a], "predicted": classes[p]}
                               for a, p in zip(labels.tolist(), preds.tolist())]  # fmt: skip
     summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
+    for variant_run in variant_runs - {None}:
+        log_aggregates(tracker, variant_run, summary, curves)
     _write(reports_dir, variant, summary, curves, confusion_rows)
     return summary
+
+
+AGGREGATE_KEYS = ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb")
+CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second")
+
+
+def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> None:
+    """The variant's row: mean per-epoch curves over seeds, then mean and std of the results."""
+    by_epoch: dict[int, list[dict]] = {}
+    for row in curves:
+        by_epoch.setdefault(int(row["epoch"]), []).append(row)
+    for epoch, rows in sorted(by_epoch.items()):
+        means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
+        tracker.log_metrics(run_id, means, step=epoch)
+    last = max(by_epoch, default=0)
+    values = {k: summary[k] for k in AGGREGATE_KEYS if summary.get(k) is not None}
+    values.update({f"{k}_std": summary[f"{k}_std"] for k in AGGREGATE_KEYS if summary.get(k) is not None})
+    values["diverged_runs"] = summary["diverged_runs"]
+    tracker.log_metrics(run_id, values, step=last)
+
+
+def _log_model(tracker, run_id: str, scorer: Scorer, example: torch.Tensor) -> None:
+    """An MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
+    import mlflow.pytorch
+
+    cpu = copy.deepcopy(scorer).cpu().eval()
+    # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
+    requirements = [f"torch=={torch.__version__.split('+')[0]}"]
+    with _active_run(tracker, run_id):
+        mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
+                                 pip_requirements=requirements)  # fmt: skip
+
+
+class _active_run:
+    """mlflow.pytorch.log_model logs into the active run: make the seed run active, briefly."""
+
+    def __init__(self, tracker, run_id: str) -> None:
+        self.tracker, self.run_id = tracker, run_id
+
+    def __enter__(self):
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracker.uri)
+        self.status = self.tracker.client.get_run(self.run_id).info.status
+        # start_run on a finished run would only resume it; it keeps the status we restore below.
+        return mlflow.start_run(run_id=self.run_id)
+
+    def __exit__(self, *exc) -> None:
+        import mlflow
+
+        mlflow.end_run()
+        self.tracker.end(self.run_id, self.status)
 
 
 def _mean_std(per_seed: list[dict]) -> dict:
@@ -121,7 +201,7 @@ def _mean_std(per_seed: list[dict]) -> dict:
     return out
 
 
-def _log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model, model_config):
+def _log_to_run(tracker, run_id, step, title, metrics, cm, report, classes):
     tracker.log_metrics(run_id, metrics, step=step)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -130,12 +210,6 @@ def _log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, mode
         (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
         for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
             tracker.log_artifact(run_id, tmp / name, "evaluation")
-    if model is not None:  # plain weights + config: loads with torch.load(weights_only=True), runs no code
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.pt"
-            torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
-                        "config": model_config, "classes": classes}, path)  # fmt: skip
-            tracker.log_artifact(run_id, path, "model")
 
 
 def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], confusion: list[dict]):

@@ -12,6 +12,7 @@ MLflow are ended FAILED here.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
@@ -30,7 +31,8 @@ def worker_count(cfg) -> int:
     return torch.cuda.device_count() or cfg.train.ddp_cpu_workers
 
 
-def torchrun(argv: list[str], cfg, variant_dir: Path) -> int:
+def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
+    """Run the DDP workers; ``work_dir``: the variant's in-progress folder (runs to end if they fail)."""
     n = worker_count(cfg)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
            "--max-restarts=0", "-m", "ampbench", *argv]  # fmt: skip
@@ -44,7 +46,7 @@ def torchrun(argv: list[str], cfg, variant_dir: Path) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if code:
-        _fail_dangling_runs(cfg, variant_dir)
+        _fail_dangling_runs(cfg, work_dir)
     return code
 
 
@@ -58,6 +60,10 @@ def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
             run_ids.append(checkpoint.load(ckpt)["run_id"])
         except Exception:  # a checkpoint we cannot read names no run
             continue
-    run_ids += [p.read_text().strip() for p in sorted(variant_dir.glob("seed-*/run_id"))]
+    for run_file in sorted(variant_dir.glob("seed-*/run.json")):
+        try:
+            run_ids.append(json.loads(run_file.read_text())["run_id"])
+        except (OSError, ValueError, KeyError):
+            continue
     if run_ids:
-        Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s).mark_failed_if_running(run_ids)
+        Tracker.from_config(cfg).mark_failed_if_running(run_ids)

@@ -1,10 +1,23 @@
-"""MLflow recording for rank 0: runs, params, per-epoch metrics, artifacts. DVC orchestrates;
-this module only records.
+"""MLflow recording for rank 0: runs, params, per-epoch metrics, datasets, models. DVC
+orchestrates; this module only records.
 
 The store is ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<repo root>/mlflow.db`` (with
-artifacts in ``<repo root>/mlruns``), also when DVC runs a stage in a temporary folder. Under
-``mlflow run`` the runs this creates are children of the run MLflow started for the entry point.
+artifacts in ``<repo root>/mlruns``), also when DVC runs a stage in a temporary folder.
 Everything goes through ``MlflowClient`` with explicit run ids: no hidden active-run state.
+
+How a study looks in the MLflow UI (one experiment, ``tracking.experiment``):
+
+- one **variant run** per variant, named ``<parallel>-<precision>`` and tagged
+  ``ampbench.kind=variant``: it carries the mean and std over seeds (logged by evaluate and
+  compare), so the runs table and the charts show nine rows, one per variant;
+- one **seed run** per seed, named ``<variant>/seed-<s>``, nested under its variant run: the
+  whole config as params, per-epoch curves, the evaluation, the dataset inputs and the model;
+- one ``compare`` run with the comparison table and chart as artifacts and no metrics, so it
+  never adds charts of its own next to the training runs'.
+
+Metric names carry a section before the last ``/`` (``test/accuracy``, ``train/loss``,
+``class_accuracy/cat``): the UI groups its charts by it. Callers use flat keys
+(``test_accuracy``); ``metric_name`` maps them, so the DVC metrics files stay flat.
 """
 
 from __future__ import annotations
@@ -22,6 +35,47 @@ import torch
 log = logging.getLogger(__name__)
 
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
+UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
+KIND_TAG = "ampbench.kind"  # variant | seed | compare
+
+# Flat keys of the training core and evaluation -> sectioned MLflow names.
+_NAMES = {
+    "train_loss": "train/loss",
+    "train_accuracy": "train/accuracy",
+    "lr": "train/lr",
+    "epochs_completed": "train/epochs_completed",
+    "diverged": "train/diverged",
+    "diverged_runs": "train/diverged_runs",
+    "diverged_epoch": "train/diverged_epoch",
+    "diverged_step": "train/diverged_step",
+    "test_accuracy": "test/accuracy",
+    "precision_macro": "test/precision_macro",
+    "recall_macro": "test/recall_macro",
+    "f1_macro": "test/f1_macro",
+    "accuracy_delta": "test/accuracy_delta_vs_single_fp32",
+    "p_value": "test/p_value_vs_single_fp32",
+    "epoch_seconds": "time/epoch_seconds",
+    "train_seconds": "time/train_seconds",
+    "first_epoch_seconds": "time/first_epoch_seconds",
+    "epoch_images_per_second": "speed/epoch_images_per_second",
+    "images_per_second": "speed/images_per_second",
+    "speedup": "speed/speedup_vs_single_fp32",
+    "peak_memory_mb": "memory/peak_mb",
+    "grad_scale": "amp/grad_scale",
+    "skipped_steps": "amp/skipped_steps",
+    "nonfinite_losses": "amp/nonfinite_losses",
+}
+
+
+def metric_name(key: str) -> str:
+    """The MLflow name of a flat metric key: ``test_accuracy_std`` -> ``test/accuracy_std``."""
+    if key.startswith("class_accuracy_"):
+        return "class_accuracy/" + key.removeprefix("class_accuracy_")
+    for suffix in ("", "_std", "_mean"):
+        base = key.removesuffix(suffix) if suffix else key
+        if (suffix == "" or key.endswith(suffix)) and base in _NAMES:
+            return _NAMES[base] + suffix
+    return key if "/" in key else f"other/{key}"
 
 
 class TrackingError(RuntimeError):
@@ -43,11 +97,27 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
+def ui_base(uri: str) -> str:
+    """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
+
+
+def runs_link(uri: str, experiment_id: str) -> str:
+    """A link that opens the experiment's training runs, not the GenAI overview.
+
+    The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
+    inside the hash selects the training view and the UI remembers it.
+    """
+    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
 @contextmanager
-def _short_http_timeouts(seconds: float):
-    """A dead server otherwise blocks one call for minutes (5 retries x 120 s)."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=str(int(seconds)))
+def _http_limits(seconds: float, retries: int):
+    """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
+    keys = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
+                      MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
     try:
         yield
     finally:
@@ -56,6 +126,11 @@ def _short_http_timeouts(seconds: float):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _brief(err: BaseException) -> str:
+    text = str(err).splitlines()[0][:300] if str(err) else ""
+    return f"{type(err).__name__}: {text}"
 
 
 def git_commit(root: Path) -> str:
@@ -78,35 +153,43 @@ def environment_facts() -> dict[str, str]:
 
 
 class Tracker:
-    """Creates, resumes, fills and ends MLflow runs. Use on rank 0 only."""
+    """Creates, resumes, fills and ends MLflow runs. Use on rank 0 only.
 
-    def __init__(self, experiment: str, preflight_timeout_s: float = 5.0) -> None:
+    Every call is bounded (``request_timeout_s``, one retry) unless the user set MLflow's own
+    ``MLFLOW_HTTP_REQUEST_*`` variables: a dead server costs seconds, not minutes of retries.
+    """
+
+    def __init__(self, experiment: str, preflight_timeout_s: float = 5.0, request_timeout_s: float = 10.0):
         from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
 
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(request_timeout_s))))
         self.uri = tracking_uri()
         self.client = MlflowClient(self.uri)
         self.experiment = experiment
         self.timeout = preflight_timeout_s
-        self.parent_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
+        self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
         self._experiment_id = None
+
+    @classmethod
+    def from_config(cls, cfg) -> Tracker:
+        t = cfg.tracking
+        return cls(t.experiment, t.preflight_timeout_s, t.request_timeout_s)
 
     def preflight(self) -> None:
         """Fail fast, before any training, if the store cannot be reached."""
         try:
-            with _short_http_timeouts(self.timeout):
+            with _http_limits(self.timeout, retries=0):
                 self.experiment_id()
         except Exception as err:
             raise TrackingError(
-                f"MLflow tracking store {self.uri} is not usable ({type(err).__name__}: "
-                f"{str(err).splitlines()[0][:300] if str(err) else ''}). Start the server, fix or "
+                f"MLflow tracking store {self.uri} is not usable ({_brief(err)}). Start the server, fix or "
                 "unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
 
     def experiment_id(self) -> str:
+        """The study's experiment (``tracking.experiment``), also under `mlflow run`."""
         if self._experiment_id:
-            return self._experiment_id
-        if self.parent_run_id and os.environ.get("MLFLOW_EXPERIMENT_ID"):
-            self._experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]
             return self._experiment_id
         found = self.client.get_experiment_by_name(self.experiment)
         if found is None:
@@ -118,13 +201,56 @@ class Tracker:
             self._experiment_id = found.experiment_id
         return self._experiment_id
 
-    def start(self, name: str, tags: dict[str, str], params: dict[str, object]) -> str:
+    def link(self) -> str:
+        return runs_link(self.uri, self.experiment_id())
+
+    def start(self, name: str, tags: dict, params: dict | None = None, parent: str | None = None) -> str:
         tags = {k: str(v) for k, v in tags.items()}
-        if self.parent_run_id:
-            tags["mlflow.parentRunId"] = self.parent_run_id
+        if parent:
+            tags["mlflow.parentRunId"] = parent
         run = self.client.create_run(self.experiment_id(), run_name=name, tags=tags)
-        self.log_params(run.info.run_id, params)
+        self.log_params(run.info.run_id, params or {})
         return run.info.run_id
+
+    def status(self, run_id: str) -> str | None:
+        """The run's status, or None if this store has no such (live) run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return None
+        return run.info.status if run.info.lifecycle_stage == "active" else None
+
+    def variant_run(self, variant: str, tags: dict, params: dict) -> str:
+        """Start the run a variant's seeds nest under (one row per variant in the UI).
+
+        Under `mlflow run` the entry point's run is this run when MLflow put it in the study's
+        experiment (``--experiment-name <tracking.experiment>``); otherwise a variant run is
+        started in the study's experiment and the entry point's run points at it.
+        """
+        launcher = self.launcher_run_id
+        name = f"{variant} (mlflow run)" if launcher else variant
+        tags = {KIND_TAG: "variant", "variant": variant, **tags}
+        if launcher and os.environ.get("MLFLOW_EXPERIMENT_ID") == self.experiment_id():
+            self.set_tags(launcher, {"mlflow.runName": name, **tags})
+            return launcher
+        run_id = self.start(name, {**tags, **({"ampbench.launcher_run_id": launcher} if launcher else {})},
+                            params)  # fmt: skip
+        if launcher:
+            note = (f"The seeds of this `mlflow run` are recorded in experiment `{self.experiment}` "
+                    f"(run `{name}`, id {run_id}), beside the study: {self.link()}")  # fmt: skip
+            self.set_tags(
+                launcher,
+                {
+                    "mlflow.runName": name,
+                    **tags,
+                    "ampbench.variant_run_id": run_id,
+                    "ampbench.experiment": self.experiment,
+                    "mlflow.note.content": note,
+                },
+            )
+        return run_id
 
     def resume(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")
@@ -137,11 +263,25 @@ class Tracker:
             self.client.log_batch(run_id, params=items[i : i + 100])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+        """Log flat keys under their sectioned MLflow names (``metric_name``)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
-        self.client.log_batch(run_id, metrics=items)
+        items = [Metric(metric_name(k), float(v), now, step or 0) for k, v in metrics.items()]
+        for i in range(0, len(items), 1000):  # MLflow's batch limit
+            self.client.log_batch(run_id, metrics=items[i : i + 1000])
+
+    def log_dataset(self, run_id: str, name: str, digest: str, source: str, context: str) -> None:
+        """Fill the run's Dataset column: which prepared data (by digest) from which source."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        remote = source.startswith(("http://", "https://"))
+        dataset = Dataset(name=name, digest=digest[:36], source_type="http" if remote else "local",
+                          source=json.dumps({"url": source} if remote else {"uri": source}))  # fmt: skip
+        tag = InputTag("mlflow.data.context", context)
+        self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [tag])])
 
     def set_tags(self, run_id: str, tags: dict[str, object]) -> None:
         for k, v in tags.items():
@@ -152,6 +292,13 @@ class Tracker:
 
     def end(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status)
+
+    def end_quietly(self, run_id: str, status: str) -> None:
+        """End a run on a path that must not fail because the store did (stop, crash)."""
+        try:
+            self.end(run_id, status)
+        except Exception as err:
+            log.warning("could not mark MLflow run %s %s in %s: %s", run_id, status, self.uri, err)
 
     def mark_failed_if_running(self, run_ids: list[str]) -> None:
         """After a crashed worker: end runs still RUNNING as FAILED (never leave them dangling)."""
@@ -164,10 +311,40 @@ class Tracker:
 
 
 class EpochHooks:
-    """Forwards the training core's per-epoch metrics to one MLflow run."""
+    """Forwards the training core's per-epoch metrics to one seed run.
 
-    def __init__(self, tracker: Tracker, run_id: str) -> None:
+    A failing store never stops training or a checkpoint: metrics it could not take are kept
+    (``state()`` goes into the checkpoint) and sent with the next epoch's, or by a re-run.
+    """
+
+    def __init__(self, tracker: Tracker, run_id: str, pending: list | None = None) -> None:
         self.tracker, self.run_id = tracker, run_id
+        self.pending: list = list(pending or [])
 
     def on_epoch(self, epoch: int, metrics: dict) -> None:
-        self.tracker.log_metrics(self.run_id, metrics, step=epoch)
+        self.pending.append([epoch, dict(metrics)])
+        self.flush(quiet=True)
+
+    def flush(self, quiet: bool = False) -> bool:
+        """Send what is pending; True when nothing is left. ``quiet``: warn instead of raising."""
+        while self.pending:
+            epoch, metrics = self.pending[0]
+            try:
+                self.tracker.log_metrics(self.run_id, metrics, step=epoch)
+            except Exception as err:
+                if not quiet:
+                    raise
+                log.warning(
+                    "MLflow store %s did not take epoch %d of run %s (%s); kept in the "
+                    "checkpoint, sent later",
+                    self.tracker.uri,
+                    epoch,
+                    self.run_id,
+                    _brief(err),
+                )
+                return False
+            self.pending.pop(0)
+        return True
+
+    def state(self) -> list:
+        return [list(p) for p in self.pending]

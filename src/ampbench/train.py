@@ -3,26 +3,33 @@
     ampbench train --parallel single --precision autocast
     ampbench train --parallel ddp --precision fp32        # launches torchrun itself
 
-For each seed it writes ``models/<parallel>-<precision>/seed-<seed>/model.pt`` (weights, config,
-MLflow run id, results). While a seed trains, ``checkpoint.pt`` beside it holds everything needed
-to resume; re-running the stage after a crash continues from the last complete epoch in the same
-MLflow run. A finished seed (``model.pt``, no checkpoint) is trained afresh in a new run, which is
-what ``dvc repro -f`` asks for.
+Work in progress lives in ``checkpoints/<variant>/`` (git-ignored and no DVC output, so neither
+``dvc repro`` nor ``dvc exp run`` deletes it): ``variant.json`` (the variant's MLflow run),
+``seed-<s>/run.json`` (the seed's run), ``seed-<s>/checkpoint.pt`` while the seed trains and
+``seed-<s>/model.pt`` once it is done. Re-running the stage after a crash skips finished seeds,
+resumes the interrupted one from its checkpoint, and reuses every MLflow run it had started.
+Only when every seed is done are the models published (hard links) as
+``models/<variant>/seed-<s>/model.pt``, the stage's DVC output, and the work folder removed; a
+later run (``dvc repro -f``) therefore trains every seed afresh, in new runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
 from pathlib import Path
 
+import torch
+
 from ampbench import checkpoint, data, engine, loader, parallel, precision
 from ampbench.config import Config
-from ampbench.tracking import EpochHooks, Tracker, environment_facts
+from ampbench.tracking import KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +96,8 @@ def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -
 
 
 def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_dir: Path,
-                  data_file: Path, fresh: bool = False, stop=None) -> list[dict]:  # fmt: skip
+                  data_file: Path, fresh: bool = False, stop=None,
+                  work_dir: Path = Path("checkpoints")) -> list[dict]:  # fmt: skip
     """Train every seed of one variant; return each seed's result (rank 0; others get [])."""
     variant = variant_name(parallel_name, precision_name)
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
@@ -100,70 +108,202 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         dataset = data.load_dataset(data_file)
         loader.check_batch(cfg.train.batch_size, dataset)
         tf32 = precision.disable_tf32()
-        tracker = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
+        work = work_dir / variant
+        stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
         if strategy.is_main:
-            tracker = Tracker(cfg.tracking.experiment, cfg.tracking.preflight_timeout_s)
+            tracker = Tracker.from_config(cfg)
             tracker.preflight()
-        out = models_dir / variant
+            stage = _Stage(tracker, _variant_run(tracker, work, variant, cfg), data_file, cfg)
+            log.info("%s: MLflow runs at %s", variant, tracker.link())
         results = []
         for seed in cfg.train.seeds:
             job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed,
-                             out / f"seed-{seed}" / "checkpoint.pt", stop or (lambda: False))  # fmt: skip
+                             work / f"seed-{seed}" / "checkpoint.pt", stop or (lambda: False))  # fmt: skip
             extra = {"per_process_batch": per_process, **tf32}
-            results.append(_train_one(job, variant, tracker, extra, fresh))
+            results.append(_train_one(job, variant, stage, extra, fresh))
+        if strategy.is_main:
+            _publish(work, models_dir / variant, cfg.train.seeds)
+            if stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
+                stage.tracker.end(stage.variant_run_id, "FINISHED")
         return results if strategy.is_main else []
     finally:
         strategy.teardown()
 
 
-def _train_one(job: engine.Job, variant: str, tracker: Tracker | None, extra: dict, fresh: bool) -> dict:
+class _Stage:
+    """What every seed of a train stage shares on rank 0: the store, the variant run, the data."""
+
+    def __init__(self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config) -> None:
+        self.tracker, self.variant_run_id = tracker, variant_run_id
+        self.data_digest = data.file_digest(data_file)
+        self.data_source = cfg.data.url
+        self.system_metrics = cfg.tracking.system_metrics == "on" or (
+            cfg.tracking.system_metrics == "auto" and torch.cuda.is_available()
+        )
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(value) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
+    """The variant's MLflow run: the one an interrupted stage started, else a new one."""
+    digest, known = cfg.digest(), _read_json(work / "variant.json")
+    if known and known.get("config_digest") == digest and tracker.status(known["run_id"]):
+        tracker.resume(known["run_id"])
+        return known["run_id"]
+    parallel_name, precision_name = variant.split("-", 1)
+    tags = {"parallel": parallel_name, "precision": precision_name}
+    params = {"variant": variant, **tags, "seeds": ",".join(map(str, cfg.train.seeds)),
+              "config_digest": digest, **environment_facts()}  # fmt: skip
+    run_id = tracker.variant_run(variant, tags, params)
+    _write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
+    return run_id
+
+
+def _publish(work: Path, out: Path, seeds) -> None:
+    """Every seed is done: hard-link the models into the DVC output, then drop the work folder."""
+    staging = out.with_name(f".{out.name}.publishing")
+    shutil.rmtree(staging, ignore_errors=True)
+    for seed in seeds:
+        target = staging / f"seed-{seed}" / "model.pt"
+        target.parent.mkdir(parents=True)
+        try:
+            os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
+        except OSError:  # a filesystem without hard links
+            shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    shutil.rmtree(work)
+
+
+def _finished(job: engine.Job, variant: str, digest: str) -> dict | None:
+    """A seed this stage already trained (its model.pt in the work folder), else None."""
+    final = job.checkpoint_path.with_name("model.pt")
+    if not final.exists():
+        return None
+    saved = checkpoint.load(final)
+    if saved.get("config_digest") == digest and saved.get("variant") == variant:
+        return saved
+    return None
+
+
+def _seed_run(stage: _Stage, job: engine.Job, variant: str, digest: str, extra: dict) -> str:
+    """A new seed run, or the one a crash before the first checkpoint left behind."""
+    record = job.checkpoint_path.with_name("run.json")
+    known = _read_json(record)
+    if known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"]):
+        stage.tracker.resume(known["run_id"])
+        log.info("seed %d: continuing MLflow run %s (it ended before its first checkpoint)", job.seed,
+                 known["run_id"])  # fmt: skip
+        return known["run_id"]
+    parallel_name, precision_name = variant.split("-", 1)
+    params = {**job.cfg.flat(), "variant": variant, "parallel": parallel_name, "precision": precision_name,
+              "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
+    tags = {KIND_TAG: "seed", "variant": variant, "parallel": parallel_name, "precision": precision_name,
+            "seed": job.seed}  # fmt: skip
+    run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
+    stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
+    _write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher
+    return run_id
+
+
+def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
+    done = _finished(job, variant, digest)
+    strategy.barrier()  # every rank has decided before rank 0 may write anything
+    if done:
+        log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed,
+                 done["run_id"])  # fmt: skip
+        if main:
+            _close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
+        return {"seed": job.seed, "run_id": done["run_id"], **done["result"]}
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
-    parallel_name, precision_name = variant.split("-", 1)
-    run_id = resume["run_id"] if resume else None
-    if main and run_id:
-        tracker.resume(run_id)
-    elif main:
-        params = {**cfg.flat(), "variant": variant, "parallel": parallel_name,
-                  "precision": precision_name, "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
-        tags = {"parallel": parallel_name, "precision": precision_name, "seed": job.seed}
-        run_id = tracker.start(variant, tags, params)
-        job.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-        job.checkpoint_path.with_name("run_id").write_text(run_id + "\n")  # for the launcher
-        log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, tracker.uri)
+    run_id = hooks = monitor = None
+    if main:
+        run_id = resume["run_id"] if resume else _seed_run(stage, job, variant, digest, extra)
+        if resume:
+            stage.tracker.resume(run_id)
+        log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
+        hooks = EpochHooks(stage.tracker, run_id, resume.get("hooks") if resume else None)
+        monitor = _system_metrics(stage, run_id)
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
-    hooks = EpochHooks(tracker, run_id) if main else None
     try:
         out = engine.train_seed(job, hooks, resume, meta)
     except engine.Stopped:
         if main:
-            tracker.end(run_id, "KILLED")
+            stage.tracker.end_quietly(run_id, "KILLED")
         raise
     except BaseException:
         if main:
-            tracker.end(run_id, "FAILED")
+            stage.tracker.end_quietly(run_id, "FAILED")
         raise
-    result = out["result"]
+    finally:
+        if monitor:
+            monitor.finish()
     if main:
+        final = job.checkpoint_path.with_name("model.pt")
+        saved = {"state_dict": out["state_dict"], "config": dataclasses.asdict(cfg), "variant": variant,
+                 "seed": job.seed, "run_id": run_id, "variant_run_id": stage.variant_run_id,
+                 "config_digest": digest, "classes": list(job.data["classes"]), "result": out["result"],
+                 "history": out["history"], "pending_metrics": hooks.state()}  # fmt: skip
+        checkpoint.save(saved, final)
+        job.checkpoint_path.unlink(missing_ok=True)
+        _close_seed_run(stage, saved, final)
+    strategy.barrier()
+    return {"seed": job.seed, "run_id": run_id, **out["result"]}
+
+
+def _close_seed_run(stage: _Stage, saved: dict, final: Path) -> None:
+    """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
+
+    Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
+    """
+    tracker, run_id, result = stage.tracker, saved["run_id"], saved["result"]
+    if tracker.status(run_id) == "FINISHED":
+        return
+    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"))
+    try:
+        hooks.flush()
         facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
         facts.update(devices_used=result["devices_used"], world_size=result["world_size"])
         tracker.log_params(run_id, facts)
-        summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds",
-                   "images_per_second", "peak_memory_mb", "epochs_completed")}  # fmt: skip
+        summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds", "images_per_second",
+                                          "peak_memory_mb", "epochs_completed")}  # fmt: skip
         summary["diverged"] = int(result["diverged"])
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
-        tracker.log_metrics(run_id, summary)
+        tracker.log_metrics(run_id, summary, step=len(saved["history"]))
         tracker.set_tags(run_id, {"diverged": str(result["diverged"]).lower()})
-        final = job.checkpoint_path.with_name("model.pt")
-        checkpoint.save(
-            {"state_dict": out["state_dict"], "config": dataclasses.asdict(cfg), "variant": variant,
-             "seed": job.seed, "run_id": run_id, "classes": list(job.data["classes"]),
-             "result": result, "history": out["history"]},
-            final,
-        )  # fmt: skip
-        job.checkpoint_path.unlink(missing_ok=True)
         tracker.end(run_id, "FINISHED")
-    strategy.barrier()
-    return {"seed": job.seed, "run_id": run_id, **result}
+    except Exception as err:
+        raise TrackingError(
+            f"seed {saved['seed']} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
+            f"records ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}). The "
+            f"model and the missing metrics are kept in {final}: once the store answers, re-run the same "
+            f"command; it sends them to run {run_id} and trains nothing again."
+        ) from None
+
+
+def _system_metrics(stage: _Stage, run_id: str):
+    """CPU/GPU utilisation and memory of this seed run (the UI's system/ charts), if enabled."""
+    if not stage.system_metrics:
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True,
+                                   tracking_uri=stage.tracker.uri)  # fmt: skip
+    monitor.start()
+    return monitor
