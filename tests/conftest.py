@@ -6,10 +6,15 @@ params.yaml and dvc.yaml, shrunk so that a whole train stage takes seconds on 2 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -99,3 +104,58 @@ def runs(project: Path, experiment: str = "cifar10-amp") -> list:
     client = mlflow_client(project)
     exp = client.get_experiment_by_name(experiment)
     return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 over a sqlite store in `folder` (artifacts proxied).
+
+    ``stop()`` kills it (to test a dead server); ``start()`` brings it back on the same port.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.proc = folder, free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120) -> MlflowServer:
+        mlflow = Path(sys.executable).parent / "mlflow"
+        self.proc = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
+             "--artifacts-destination", str(self.folder / "mlartifacts")],
+            cwd=self.folder, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            assert self.proc.poll() is None, self.proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, f"mlflow server did not answer within {timeout} s"
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            for child in _children(self.proc.pid):  # gunicorn/uvicorn workers
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                child = int(stat.parent.name)
+                out += [child, *_children(child)]
+    return out

@@ -6,23 +6,22 @@ and the MLproject entry point through `mlflow run`.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tarfile
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from conftest import REPO, clean_env, make_dataset, mlflow_client, runs, write_params
+from conftest import REPO, MlflowServer, clean_env, make_dataset, runs, write_params
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 BIN = Path(sys.executable).parent
@@ -44,148 +43,215 @@ def image_folder_archive(dest: Path) -> Path:
     return archive
 
 
-def env_with_venv() -> dict:
-    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+def env_with_venv(**extra: str) -> dict:
+    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra)
 
 
-def sh(cmd: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env_with_venv(), capture_output=True, text=True, timeout=timeout)
+def sh(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env_with_venv(**env), capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 @pytest.fixture(scope="module")
-def repro(tmp_path_factory) -> Path:
-    """A git + DVC project that has run `dvc repro` once, with 2 seeds per variant."""
+def server(tmp_path_factory):
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory, server) -> Path:
+    """A git + DVC project that has run `dvc repro` once against a real `mlflow server`, with 2
+    seeds per variant and every seed's model logged as an MLflow model."""
     proj = tmp_path_factory.mktemp("pipeline")
     archive = image_folder_archive(proj.parent)
     shutil.copy(REPO / "dvc.yaml", proj / "dvc.yaml")
     shutil.copytree(REPO / "src", proj / "src")  # the stages' declared deps
-    write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]})
+    write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]}, tracking={"log_model": True})
     sh(["git", "init", "-q"], proj)
     sh([str(BIN / "dvc"), "init", "-q"], proj)
-    sh([str(BIN / "dvc"), "repro"], proj)
+    out = sh([str(BIN / "dvc"), "repro"], proj, MLFLOW_TRACKING_URI=server.uri)
+    (proj / "repro.log").write_text(out.stdout + out.stderr)
     return proj
 
 
-def test_repro_tracks_every_variant_with_evaluation(repro: Path):
-    client = mlflow_client(repro)
-    finished = [r for r in runs(repro) if r.info.run_name != "compare"]
-    assert sorted({r.info.run_name for r in finished}) == sorted(VARIANTS)
-    for variant in VARIANTS:
-        mine = [r for r in finished if r.info.run_name == variant]
-        assert sorted(r.data.params["seed"] for r in mine) == ["0", "1"], variant
-        for r in mine:
-            assert r.info.status == "FINISHED"
-            assert 0.0 <= r.data.metrics["test_accuracy"] <= 1.0
-            names = {a.path for a in client.list_artifacts(r.info.run_id, "evaluation")}
-            assert {"evaluation/confusion_matrix.png", "evaluation/confusion_matrix.json"} <= names
-            local = client.download_artifacts(r.info.run_id, "evaluation/confusion_matrix.json")
-            matrix = json.loads(Path(local).read_text())["matrix"]
-            assert sum(map(sum, matrix)) == 30  # every test image counted once
+def client(server):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(server.uri)
 
 
-def test_dvc_metrics_show_lists_all_nine(repro: Path):
+def study_runs(server, kind: str | None = None) -> list:
+    c = client(server)
+    exp = c.get_experiment_by_name("cifar10-amp")
+    found = c.search_runs([exp.experiment_id], max_results=1000)
+    return [r for r in found if kind is None or r.data.tags.get("ampbench.kind") == kind]
+
+
+def test_repro_tracks_every_seed_with_sectioned_metrics_datasets_and_evaluation(repro: Path, server):
+    c = client(server)
+    variants = {r.info.run_id: r.info.run_name for r in study_runs(server, "variant")}
+    seeds = study_runs(server, "seed")
+    assert sorted(r.info.run_name for r in seeds) == sorted(f"{v}/seed-{s}" for v in VARIANTS for s in (0, 1))
+    digest = hashlib.sha256((repro / "data" / "prepared" / "cifar10.pt").read_bytes()).hexdigest()
+    for r in seeds:
+        variant = r.info.run_name.split("/")[0]
+        assert variants[r.data.tags["mlflow.parentRunId"]] == variant  # nested under its variant
+        assert r.info.status == "FINISHED"
+        # Every metric has a chart section, and the same names in every run.
+        assert all("/" in key for key in r.data.metrics), sorted(r.data.metrics)
+        assert {"test/accuracy", "train/loss", "speed/images_per_second", "time/train_seconds",
+                "memory/peak_mb", "amp/grad_scale", "class_accuracy/cat"} <= set(r.data.metrics)  # fmt: skip
+        assert 0.0 <= r.data.metrics["test/accuracy"] <= 1.0
+        inputs = {tuple(t.value for t in d.tags): d.dataset for d in r.inputs.dataset_inputs}
+        assert set(inputs) == {("training",), ("evaluation",)}
+        assert all(d.digest == digest[: len(d.digest)] and len(d.digest) >= 16 for d in inputs.values())
+        names = {a.path for a in c.list_artifacts(r.info.run_id, "evaluation")}
+        assert {"evaluation/confusion_matrix.png", "evaluation/confusion_matrix.json"} <= names
+        local = c.download_artifacts(r.info.run_id, "evaluation/confusion_matrix.json")
+        matrix = json.loads(Path(local).read_text())["matrix"]
+        assert sum(map(sum, matrix)) == 30  # every test image counted once
+    assert {r.data.metrics["test/accuracy"] for r in seeds} == {
+        s["test_accuracy"] for v in VARIANTS for s in _metrics_file(repro, v)["seeds"]
+    }
+
+
+def _metrics_file(repro: Path, variant: str) -> dict:
+    return json.loads((repro / "reports" / "metrics" / f"{variant}.json").read_text())
+
+
+def test_nine_variant_runs_carry_the_mean_and_spread_over_seeds(repro: Path, server):
+    variants = study_runs(server, "variant")
+    assert sorted(r.info.run_name for r in variants) == sorted(VARIANTS)  # nine rows, not eighteen
+    seeds = study_runs(server, "seed")
+    for v in variants:
+        mine = [s.data.metrics for s in seeds if s.data.tags["mlflow.parentRunId"] == v.info.run_id]
+        assert len(mine) == 2 and "mlflow.parentRunId" not in v.data.tags
+        for key in ("test/accuracy", "speed/images_per_second", "time/train_seconds"):
+            assert math.isclose(v.data.metrics[key], statistics.fmean(m[key] for m in mine), rel_tol=1e-9)
+            assert math.isclose(v.data.metrics[f"{key}_std"], statistics.stdev(m[key] for m in mine),
+                                abs_tol=1e-9)  # fmt: skip
+        assert "speed/speedup_vs_single_fp32" in v.data.metrics
+        curve = client(server).get_metric_history(v.info.run_id, "train/loss")
+        assert sorted(m.step for m in curve) == [1, 2]  # the mean per-epoch curve
+    compare = study_runs(server, "compare")
+    assert [r.info.run_name for r in compare] == ["compare"]
+    assert compare[0].data.metrics == {}  # nothing of its own in the training runs' charts
+    names = {a.path for a in client(server).list_artifacts(compare[0].info.run_id)}
+    assert {"comparison.md", "comparison.csv", "comparison.png", "summary.json"} <= names
+    assert "workflowType=machine_learning" in (repro / "repro.log").read_text()
+
+
+PREDICT = """
+import json, sys, mlflow.pyfunc, numpy as np, torch
+ds = torch.load(sys.argv[2], weights_only=True)
+scores = mlflow.pyfunc.load_model(sys.argv[1]).predict(ds["test_images"].numpy())
+print(json.dumps(float((np.argmax(scores, 1) == ds["test_labels"].numpy()).mean())))
+"""
+
+
+@pytest.mark.parametrize("variant", ["single-fp32", "single-autocast_gradscaler"])
+def test_logged_model_reproduces_the_evaluation_in_a_fresh_process(repro: Path, server, variant):
+    c = client(server)
+    for seed in _metrics_file(repro, variant)["seeds"]:
+        models = c.search_logged_models([c.get_run(seed["run_id"]).info.experiment_id],
+                                        filter_string=f"source_run_id = '{seed['run_id']}'")  # fmt: skip
+        assert len(models) == 1, f"{variant} seed {seed['seed']}: {len(models)} logged models"
+        uri = f"models:/{models[0].model_id}"
+        out = sh([sys.executable, "-c", PREDICT, uri, str(repro / "data" / "prepared" / "cifar10.pt")],
+                 repro, MLFLOW_TRACKING_URI=server.uri)  # fmt: skip
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == seed["test_accuracy"]
+
+
+def test_dvc_metrics_show_lists_all_nine_and_the_summary(repro: Path):
     out = sh([str(BIN / "dvc"), "metrics", "show", "--json"], repro).stdout
     files = next(iter(json.loads(out).values()))["data"]  # keyed by revision ("" or "workspace")
     listed = {Path(name).stem for name in files}
-    assert listed == set(VARIANTS)
+    assert listed == {*VARIANTS, "summary"}
+    summary = json.loads((repro / "reports" / "summary.json").read_text())
+    assert set(summary) == set(VARIANTS)
+    assert all(set(v) == {"test_accuracy", "images_per_second", "train_seconds", "speedup"}
+               for v in summary.values())  # fmt: skip
 
 
-def test_comparison_equals_the_runs_it_summarizes(repro: Path):
+def test_comparison_equals_the_runs_it_summarizes(repro: Path, server):
     with open(repro / "reports" / "comparison.csv") as f:
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     assert set(rows) == set(VARIANTS)
     assert (repro / "reports" / "comparison.png").stat().st_size > 10_000
-    tracked = [r for r in runs(repro) if r.info.run_name != "compare"]
+    seeds = study_runs(server, "seed")
+    names = {"test_accuracy": "test/accuracy", "train_seconds": "time/train_seconds",
+             "images_per_second": "speed/images_per_second", "peak_memory_mb": "memory/peak_mb"}  # fmt: skip
     for variant, row in rows.items():
-        mine = [r.data.metrics for r in tracked if r.info.run_name == variant]
-        for key in ("test_accuracy", "train_seconds", "images_per_second", "peak_memory_mb"):
+        mine = [r.data.metrics for r in seeds if r.info.run_name.startswith(f"{variant}/")]
+        for key, name in names.items():
             assert math.isclose(
-                float(row[f"{key}_mean"]), statistics.fmean(m[key] for m in mine), rel_tol=1e-9
+                float(row[f"{key}_mean"]), statistics.fmean(m[name] for m in mine), rel_tol=1e-9
             )
             assert math.isclose(
-                float(row[f"{key}_std"]), statistics.stdev(m[key] for m in mine), abs_tol=1e-9
+                float(row[f"{key}_std"]), statistics.stdev(m[name] for m in mine), abs_tol=1e-9
             )
     base_ips = statistics.fmean(
-        r.data.metrics["images_per_second"] for r in tracked if r.info.run_name == "single-fp32"
+        r.data.metrics["speed/images_per_second"] for r in seeds if r.info.run_name.startswith("single-fp32/")
     )
     ddp = rows["ddp-autocast"]
     assert math.isclose(float(ddp["speedup"]), float(ddp["images_per_second_mean"]) / base_ips, rel_tol=1e-9)
     assert rows["ddp-fp32"]["devices_used"] == "2"
-    compare_runs = [r for r in runs(repro) if r.info.run_name == "compare"]
-    assert len(compare_runs) == 1
-    names = {a.path for a in mlflow_client(repro).list_artifacts(compare_runs[0].info.run_id)}
-    assert {"comparison.md", "comparison.csv", "comparison.png"} <= names
 
 
-def test_unchanged_pipeline_reruns_nothing(repro: Path):
-    before = len(runs(repro))
-    out = sh([str(BIN / "dvc"), "repro"], repro).stdout
+def test_unchanged_pipeline_reruns_nothing(repro: Path, server):
+    before = len(study_runs(server))
+    out = sh([str(BIN / "dvc"), "repro"], repro, MLFLOW_TRACKING_URI=server.uri).stdout
     assert "didn't change" in out or "up to date" in out
-    assert len(runs(repro)) == before
+    assert len(study_runs(server)) == before
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_rest_api_finds_the_seed_runs_by_tag(server):
+    base = f"{server.uri}/api/2.0/mlflow"
+    with urllib.request.urlopen(f"{base}/experiments/get-by-name?experiment_name=cifar10-amp") as r:
+        experiment = json.load(r)["experiment"]
+    query = "tags.precision = 'autocast' and tags.`ampbench.kind` = 'seed'"
+    body = json.dumps({"experiment_ids": [experiment["experiment_id"]], "max_results": 100, "filter": query})
+    req = urllib.request.Request(f"{base}/runs/search", body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        found = json.load(r)["runs"]
+    names = sorted(run["info"]["run_name"] for run in found)
+    assert names == sorted(f"{p}-autocast/seed-{s}" for p in ("single", "dp", "ddp") for s in (0, 1))
 
 
-def test_mlflow_server_serves_the_runs(repro: Path):
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{repro / 'mlflow.db'}", "--workers", "1"],
-        cwd=repro, env=env_with_venv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(
-                    f"{base}/experiments/get-by-name?experiment_name=cifar10-amp"
-                ) as r:
-                    experiment = json.load(r)["experiment"]
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read().decode()[-2000:]
-                assert time.monotonic() < deadline, "mlflow server did not answer within 90 s"
-                time.sleep(1)
-        body = json.dumps({"experiment_ids": [experiment["experiment_id"]], "max_results": 100,
-                           "filter": "tags.precision = 'autocast'"}).encode()  # fmt: skip
-        req = urllib.request.Request(f"{base}/runs/search", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req) as r:
-            found = json.load(r)["runs"]
-        names = sorted(run["info"]["run_name"] for run in found)
-        assert names == ["ddp-autocast", "ddp-autocast", "dp-autocast", "dp-autocast",
-                         "single-autocast", "single-autocast"]  # fmt: skip
-        for run in found:
-            assert "test_accuracy" in {m["key"] for m in run["data"]["metrics"]}
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def test_mlflow_run_entry_point(tmp_path: Path):
-    """`mlflow run` of the MLproject's main entry point, with the local env manager."""
+def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path):
+    """`mlflow run . -P precision=autocast ...` typed as the README says (no --experiment-name, no
+    environment variable) against a store that already holds a (one-variant) study."""
     proj = tmp_path / "proj"
-    skip = (".venv", ".git", "data", "models", "reports", "mlflow.db", "mlruns", ".whl", ".mirror")
+    skip = (".venv", ".git", "data", "models", "reports", "checkpoints", "mlflow.db", "mlruns", ".whl",
+            ".mirror", ".device*")  # fmt: skip
     shutil.copytree(REPO, proj, ignore=shutil.ignore_patterns(*skip))
     write_params(proj)
     archive = image_folder_archive(tmp_path)
-    params = ["-P", "precision=autocast", "-P", "epochs=1", "-P", "batch_size=10"]
-    params += ["-P", f"data_url={archive}"]
-    cmd = [str(BIN / "mlflow"), "run", ".", "--env-manager", "local", *params]
-    sh([*cmd, "--experiment-name", "mlproject-test"], proj)
-    found = runs(proj, "mlproject-test")
-    parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 1
-    parent = parents[0]
-    assert parent.data.params["precision"] == "autocast"
-    assert 0.0 <= parent.data.metrics["test_accuracy"] <= 1.0
-    children = [r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert [c.info.run_name for c in children] == ["single-autocast"]
-    assert children[0].data.params["train.epochs"] == "1"
-    assert children[0].data.params["train.batch_size"] == "10"
+    params = ["-P", "epochs=1", "-P", "batch_size=10", "-P", f"data_url={archive}"]
+    sh([sys.executable, "-m", "ampbench", "variant", "--precision", "fp32", "--data-url", str(archive)], proj)
+    out = sh([str(BIN / "mlflow"), "run", ".", "--env-manager", "local", "-P", "precision=autocast", *params],
+             proj)  # fmt: skip
+    assert "#/experiments/1/runs?workflowType=machine_learning" in out.stdout + out.stderr
+
+    launcher = runs(proj, "Default")
+    assert [r.info.run_name for r in launcher] == ["single-autocast (mlflow run)"]  # not a random name
+    launcher = launcher[0]
+    assert 0.0 <= launcher.data.metrics["test/accuracy"] <= 1.0  # the variant's aggregate
+    assert launcher.data.tags["ampbench.experiment"] == "cifar10-amp"
+    assert "cifar10-amp" in launcher.data.tags["mlflow.note.content"]
+
+    study = {r.info.run_name: r for r in runs(proj)}
+    assert set(study) == {"single-fp32", "single-fp32/seed-0", "single-autocast (mlflow run)",
+                          "single-autocast/seed-0"}  # fmt: skip
+    variant = study["single-autocast (mlflow run)"]
+    assert launcher.data.tags["ampbench.variant_run_id"] == variant.info.run_id
+    assert variant.data.tags["ampbench.launcher_run_id"] == launcher.info.run_id
+    assert variant.data.tags["ampbench.kind"] == "variant"
+    assert "test/accuracy" in variant.data.metrics
+    seed = study["single-autocast/seed-0"]
+    assert seed.data.tags["mlflow.parentRunId"] == variant.info.run_id
+    assert seed.data.params["train.epochs"] == "1" and seed.data.params["train.batch_size"] == "10"
+    assert study["single-fp32/seed-0"].data.tags["mlflow.parentRunId"] == study["single-fp32"].info.run_id
