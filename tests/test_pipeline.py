@@ -27,9 +27,9 @@ VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autoc
 BIN = Path(sys.executable).parent
 
 
-def image_folder_archive(dest: Path) -> Path:
+def image_folder_archive(dest: Path, per_class: int = 6) -> Path:
     """A tiny CIFAR-like ImageFolder archive: train/<class>/*.png, test/<class>/*.png."""
-    ds = make_dataset(n_train_per_class=6, n_test_per_class=3)
+    ds = make_dataset(n_train_per_class=per_class, n_test_per_class=3)
     root = dest / "tiny"
     for split in ("train", "test"):
         for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
