@@ -47,7 +47,7 @@ def env_with_venv(**extra: str) -> dict:
     return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra)
 
 
-def sh(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess:
+def sh(cmd: list[str], cwd: Path, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, env=env_with_venv(**env), capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"

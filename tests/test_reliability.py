@@ -406,6 +406,7 @@ def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, proc
     assert saved["epoch"] >= 1 and saved["step"] > 0  # a stop saves mid-epoch, at a step boundary
     assert "SIGTERM received" in _log(proj)
     assert _status(proj, saved["run_id"]) == "KILLED"
+    assert [r.info.status for r in _runs_of(proj, "variant")] == ["KILLED"]  # not left RUNNING
 
     done = run_cli(proj, *SINGLE, env=_env())
     assert f"resuming seed 0 at epoch {saved['epoch']} step {saved['step']}" in done.stderr
@@ -434,6 +435,7 @@ def test_changed_config_refuses_to_resume_until_fresh(tmp_path, procs):
     assert "--fresh" in refused.stderr and str(WORK0 / "checkpoint.pt") in refused.stderr
     assert ckpt.read_bytes() == before
     assert [r.info.run_id for r in _runs_of(proj, "seed")] == [killed]
+    assert len(_runs_of(proj, "variant")) == 1  # refused before any run was created
 
     run_cli(proj, *SINGLE, "--fresh", "--set", "train.epochs=1", env=_env())
     fresh = _load(proj / SEED0 / "model.pt")["run_id"]
@@ -511,6 +513,7 @@ def test_exception_in_training_marks_run_failed(tmp_path, project):
     assert "RuntimeError: injected fault: rank 0 step 5" in proc.stderr
     (run,) = _runs_of(project, "seed")
     assert run.info.status == "FAILED"
+    assert [r.info.status for r in _runs_of(project, "variant")] == ["FAILED"]
     assert _load(project / WORK0 / "checkpoint.pt")["epoch"] == 1
     assert _run_json(project)["run_id"] == run.info.run_id
 

@@ -37,7 +37,11 @@ def save(obj: dict, path: Path) -> None:
         tmp.unlink(missing_ok=True)
         if not isinstance(err, OSError):
             raise
-        hint = " (disk full: free space or move models/ elsewhere)" if err.errno == errno.ENOSPC else ""
+        hint = (
+            " (disk full: free space, or run from a disk with room for checkpoints/ and models/)"
+            if err.errno == errno.ENOSPC
+            else ""
+        )
         raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}{hint}") from err
 
 

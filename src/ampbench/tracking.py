@@ -103,12 +103,13 @@ def ui_base(uri: str) -> str:
 
 
 def runs_link(uri: str, experiment_id: str) -> str:
-    """A link that opens the experiment's training runs, not the GenAI overview.
+    """A link that opens the experiment's training runs as charts, not the GenAI overview.
 
     The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
     inside the hash selects the training view and the UI remembers it.
     """
-    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    query = "workflowType=machine_learning&compareRunsMode=CHART"
+    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
 
 
 @contextmanager
