@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -255,3 +257,24 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
     assert seed.data.tags["mlflow.parentRunId"] == variant.info.run_id
     assert seed.data.params["train.epochs"] == "1" and seed.data.params["train.batch_size"] == "10"
     assert study["single-fp32/seed-0"].data.tags["mlflow.parentRunId"] == study["single-fp32"].info.run_id
+
+
+def _ui_screenshots():
+    spec = importlib.util.spec_from_file_location("ui_screenshots", REPO / "scripts" / "ui_screenshots.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.browser
+def test_printed_link_opens_the_nine_variants_in_a_fresh_browser(repro: Path, server):
+    ui = _ui_screenshots()
+    if not ui.chromium():
+        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
+    links = re.findall(r"Browse the runs: (\S+)", (repro / "repro.log").read_text())
+    assert links and links[-1].startswith(server.uri), links
+    dom = ui.render(links[-1])
+    title = re.search(r"<title>([^<]*)</title>", dom).group(1)
+    assert title.startswith("Runs - Experiment"), title  # the training runs, not the GenAI "Overview"
+    shown = set(re.findall(r">((?:single|dp|ddp)-(?:fp32|autocast_gradscaler|autocast))<", dom))
+    assert shown == set(VARIANTS)
