@@ -739,6 +739,19 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
     assert not (project / "models").exists()
 
 
+def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
+    """`dvc queue start -j 2` or two terminals: both first runs migrating a new sqlite store raced."""
+    project = _project(tmp_path / "p")
+    started = [procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
+               for p in ("fp32", "autocast")]  # fmt: skip
+    for proc, name in zip(started, ("fp32", "autocast")):
+        assert _wait(proc, 240, project / f"{name}.log") == 0, _log(project, name)
+    finished = [r for r in runs(project) if r.info.status == "FINISHED"]
+    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-fp32"]
+    run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
+    assert len(runs(project)) == 3
+
+
 # ---------------------------------------------------------------- 11. dependencies
 def test_installed_packages_have_no_known_vulnerabilities(tmp_path):
     """pip-audit of the installed environment against PyPI's vulnerability data (needs pypi.org)."""
