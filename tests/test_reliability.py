@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import errno
 import io
 import json
@@ -676,6 +677,69 @@ def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kin
     assert proc.returncode == 1
     assert "not a readable plain-weights checkpoint" in proc.stderr and str(SEED0 / "model.pt") in proc.stderr
     assert not marker.exists()
+
+
+def _fake_model(
+    project: Path, variant: str, seed: int, run_id: str = "0" * 32, weights_fc_dim: int = 32
+) -> dict:
+    """A model.pt as training writes it (no training needed), weights from an AlexNet of `weights_fc_dim`."""
+    from ampbench.evaluate import TRAIN_KEYS
+    from ampbench.model import AlexNet
+
+    cfg = config.load_config(project / "params.yaml")
+    net = AlexNet(config.replace(cfg, model={"fc_dim": weights_fc_dim}).model, 10)
+    return {"state_dict": net.state_dict(), "config": dataclasses.asdict(cfg), "variant": variant,
+            "seed": seed, "run_id": run_id, "classes": list(make_dataset()["classes"]),
+            "result": dict.fromkeys(TRAIN_KEYS), "history": [{"epoch": 1}]}  # fmt: skip
+
+
+def _evaluate(project: Path, variant: str, tracker=None) -> dict:
+    from ampbench import data, evaluate
+
+    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    return evaluate.evaluate_variant(variant, (0,), project / "models", dataset, project / "reports", tracker)
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("single-autocast", 0), ("single-fp32", 1)])
+def test_model_of_another_variant_or_seed_is_refused(project, variant, seed):
+    """A model.pt copied into another variant's (or seed's) folder must not be scored as that one."""
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, variant, seed), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert f"{variant!r} seed {seed}" in message and "'single-fp32' seed 0" in message, message
+    assert str(project / SEED0 / "model.pt") in message
+    assert not (project / "reports" / "metrics").exists()
+    checkpoint.save(_fake_model(project, "single-fp32", 0), project / SEED0 / "model.pt")
+    assert _evaluate(project, "single-fp32")["seeds"][0]["run_id"] == "0" * 32  # the right file passes
+
+
+def test_model_whose_weights_do_not_match_its_config_is_refused(project):
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, "single-fp32", 0, weights_fc_dim=16), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert "weights do not match the model config stored with them" in message
+    assert "size mismatch" in message and "dvc repro -f train@single-fp32" in message, message
+
+
+def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
+    from ampbench.evaluate import ModelFileError
+    from ampbench.tracking import Tracker
+
+    uri = f"sqlite:///{project / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run_id = "f" * 32
+    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32", Tracker("cifar10-amp"))
+    message = str(err.value)
+    assert run_id in message and uri in message and "MLFLOW_TRACKING_URI" in message, message
+    assert not (project / "reports" / "metrics").exists()
 
 
 # ---------------------------------------------------------------- 9. bad configuration
