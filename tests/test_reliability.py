@@ -742,6 +742,69 @@ def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
     assert not (project / "reports" / "metrics").exists()
 
 
+def _ampbench_imports(module: str) -> set[str]:
+    """ampbench modules that `module` imports anywhere in its file (lazy imports in functions too)."""
+    import ast
+
+    tree = ast.parse((REPO / "src" / Path(*module.split("."))).with_suffix(".py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}  # `from ampbench import data`
+    return {
+        m
+        for m in found
+        if m.startswith("ampbench.") and (REPO / "src" / Path(*m.split("."))).with_suffix(".py").exists()
+    }
+
+
+def _import_closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += _ampbench_imports(m)
+    return seen
+
+
+def test_every_stage_depends_on_all_the_code_it_runs():
+    """A stage whose deps miss a module it imports keeps stale results after that module changes."""
+    import tomllib
+
+    import yaml
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    missing = {}
+    for name, stage in stages.items():
+        entry = scripts[stage["cmd"].split()[0]].split(":")[0]  # `ampbench ...` -> ampbench.cli
+        files = {(REPO / "src" / Path(*m.split("."))).with_suffix(".py") for m in _import_closure(entry)}
+        files.add(REPO / "src" / "ampbench" / "__init__.py")  # runs before any ampbench module
+        deps = [REPO / d for d in stage["deps"]]
+        uncovered = sorted(
+            str(f.relative_to(REPO)) for f in files if not any(f.is_relative_to(d) for d in deps)
+        )
+        if uncovered:
+            missing[name] = uncovered
+    assert len(_import_closure("ampbench.cli")) > 5  # the closure walk itself works
+    assert not missing, f"dvc.yaml stages lack deps on code they import: {missing}"
+
+
+def test_bytecode_caches_are_not_part_of_the_code_dependency(tmp_path):
+    """Importing src/ampbench writes __pycache__ there; as part of the dep, every run would change it."""
+    shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
+    subprocess.run([str(VENV_BIN / "dvc"), "init", "--no-scm", "-q"], cwd=tmp_path, env=_env(), check=True,
+                   timeout=120)  # fmt: skip
+    check = [str(VENV_BIN / "dvc"), "check-ignore", "src/ampbench/__pycache__/cli.cpython-311.pyc",
+             "src/ampbench/cli.py"]  # fmt: skip
+    out = subprocess.run(check, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["src/ampbench/__pycache__/cli.cpython-311.pyc"], out.stdout + out.stderr
+
+
 # ---------------------------------------------------------------- 9. bad configuration
 def _no_side_effects(project: Path) -> None:
     assert not (project / "mlflow.db").exists() and not (project / "mlruns").exists()
