@@ -31,6 +31,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import torch
 from tqdm import tqdm
 
+from ampbench import checkpoint
+
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
 # torch._dynamo, seconds that every train and evaluate stage would pay just to load the data.
 
@@ -130,7 +132,8 @@ def _download(url: str, cache_dir: Path, sha256: str, attempts: int, timeout_s: 
 def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None:
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
     hashers, got = _hashers(url, sha256), 0
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=final.name + ".", suffix=".part")
+    _remove_stale(final, "part", legacy=f"{final.name}.*.part")
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=checkpoint.temp_name(final, "part") + "-")
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -176,7 +179,9 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically."""
     archive, dest = Path(archive), Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.extracting-"))
+    for kind in ("extracting", "old"):
+        _remove_stale(dest, kind)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "extracting") + "-"))
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -186,7 +191,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old-"))
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "old") + "-"))
             os.replace(dest, old / dest.name)
             shutil.rmtree(old)
         os.replace(tmp, dest)
@@ -339,19 +344,23 @@ def prepare(
     return summary
 
 
+def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
+    """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
+    checkpoint.remove_stale_temps(path, kind)
+    for stale in path.parent.glob(legacy) if legacy else ():
+        stale.unlink(missing_ok=True)
+
+
 def save_dataset(ds: dict, path: Path) -> None:
-    """torch.save to a temp file in the same folder, fsync, then rename into place."""
+    """Atomically (checkpoint.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    _remove_stale(path, "tmp", legacy=f"{path.name}.*.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(ds, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        checkpoint.atomic_save(ds, path)
+    except OSError as exc:
+        raise DataError(
+            f"could not write {path}: {exc.strerror}; free disk space and re-run the download"
+        ) from exc
 
 
 def load_dataset(path: Path, device: torch.device | str | None = None) -> dict:
