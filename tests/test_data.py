@@ -484,3 +484,34 @@ def test_save_dataset_makes_the_rename_durable(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", record)
     data.save_dataset({"classes": ["a"]}, tmp_path / "ds.pt")
     assert synced == [False, True]  # the file, then its folder
+
+
+def _class_tree(root: Path, names: list[str]) -> Path:
+    for split in ("train", "test"):
+        for i, name in enumerate(names):
+            (root / split / name).mkdir(parents=True)
+            png = torchvision.io.encode_png(_image(i)).numpy().tobytes()
+            (root / split / name / "0.png").write_bytes(png)
+    return root
+
+
+@pytest.mark.parametrize("count", [9, 11])
+def test_image_folder_without_ten_classes_warns_and_records_the_count(tmp_path, caplog, count):
+    names = [*data.CIFAR10_CLASSES, "unicorn"][:count]
+    root = _class_tree(tmp_path / "tree", names)
+    with caplog.at_level("WARNING", logger="ampbench.data"):
+        data.prepare(str(root), tmp_path / "cifar10.pt", tmp_path / "cache")
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert f"{count} classes" in warning and str(root) in warning and names[-1] in warning, warning
+    assert data.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
+
+
+def test_download_records_the_class_count_in_source_json(project, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    root = _class_tree(tmp_path / "tree", list(data.CIFAR10_CLASSES)[:9])
+    proc = run_cli(project, "download", "--set", f"data.url={root}", "--set", "data.train_per_class=0")
+    assert "9 classes" in proc.stderr
+    assert json.loads((project / "data" / "prepared" / "source.json").read_text())["num_classes"] == 9

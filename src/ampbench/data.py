@@ -209,7 +209,19 @@ def _bundle(train_images, train_labels, test_images, test_labels, classes) -> di
         "test_images": test_images.contiguous(),
         "test_labels": torch.as_tensor(test_labels, dtype=torch.int64),
         "classes": [str(c) for c in classes],
+        "num_classes": len(classes),  # recorded: the file is called cifar10.pt whatever it holds
     }
+
+
+def _warn_class_count(root: Path, classes) -> None:
+    """An ImageFolder that is not 10 classes is trained as is; say so, so that nobody compares it
+    with CIFAR-10 results by mistake (a class folder lost or added while copying, say)."""
+    if len(classes) != len(CIFAR10_CLASSES):
+        log.warning(
+            "%s holds %d classes, not CIFAR-10's %d: %s; the prepared file holds these %d classes "
+            "(fix data.url if that is not what you meant)",
+            root, len(classes), len(CIFAR10_CLASSES), ", ".join(classes), len(classes),
+        )  # fmt: skip
 
 
 def load_cifar_python(root: Path) -> dict:
@@ -270,6 +282,7 @@ def load_image_folder(root: Path) -> dict:
             f"{sorted(train_classes)}, test has {sorted(test_classes)}"
         )
     classes = CIFAR10_CLASSES if train_classes == set(CIFAR10_CLASSES) else sorted(train_classes)
+    _warn_class_count(root, classes)
     class_to_idx = {name: i for i, name in enumerate(classes)}
     train_images, train_labels = _decode_split(root / "train", class_to_idx)
     test_images, test_labels = _decode_split(root / "test", class_to_idx)
