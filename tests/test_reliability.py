@@ -224,7 +224,10 @@ def _hook_env(tmp_path: Path, **variables: str) -> dict:
     hook = tmp_path / "test-hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(TEST_HOOK)
-    return _env(PYTHONPATH=str(hook), **variables)
+    # Keep a PYTHONPATH that puts the code under test first (a worktree's src/): without it the
+    # workers would import whatever ampbench the venv has installed.
+    pythonpath = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return _env(PYTHONPATH=pythonpath, **variables)
 
 
 @pytest.fixture(scope="module")
