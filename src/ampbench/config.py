@@ -27,7 +27,7 @@ LOADERS = ("device", "dataloader")
 VARIANT_AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
 # engine seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay below 2**64
 # (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31 leave room for
-# over 10**15 epochs. Negative seeds would make that sum negative for small epochs, so 0 is the floor.
+# over 10**15 epochs. Seeds index repetitions of a run: 0 is the floor.
 SEED_LIMIT = 2**31
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)

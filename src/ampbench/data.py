@@ -213,6 +213,13 @@ def _bundle(train_images, train_labels, test_images, test_labels, classes) -> di
     }
 
 
+def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
+    """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
+    checkpoint.remove_stale_temps(path, kind)
+    for stale in path.parent.glob(legacy) if legacy else ():
+        stale.unlink(missing_ok=True)
+
+
 def _warn_class_count(root: Path, classes) -> None:
     """An ImageFolder that is not 10 classes is trained as is; say so, so that nobody compares it
     with CIFAR-10 results by mistake (a class folder lost or added while copying, say)."""
@@ -357,22 +364,17 @@ def prepare(
     return summary
 
 
-def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
-    """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
-    checkpoint.remove_stale_temps(path, kind)
-    for stale in path.parent.glob(legacy) if legacy else ():
-        stale.unlink(missing_ok=True)
-
-
 def save_dataset(ds: dict, path: Path) -> None:
     """Atomically (checkpoint.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
     path = Path(path)
-    _remove_stale(path, "tmp", legacy=f"{path.name}.*.tmp")
+    for legacy in path.parent.glob(f"{path.name}.*.tmp"):  # older versions' temps (no pid in the name)
+        legacy.unlink(missing_ok=True)
     try:
-        checkpoint.atomic_save(ds, path)
+        checkpoint.atomic_save(ds, path)  # removes its own stale temps of dead writers first
     except OSError as exc:
         raise DataError(
-            f"could not write {path}: {exc.strerror}; free disk space and re-run the download"
+            f"could not write {path}: {exc.strerror}; check the free space and permissions of "
+            f"{path.parent}, then re-run `ampbench download`"
         ) from exc
 
 
