@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import errno
 import io
 import json
@@ -238,7 +239,10 @@ def _hook_env(tmp_path: Path, **variables: str) -> dict:
     hook = tmp_path / "test-hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(TEST_HOOK)
-    return _env(PYTHONPATH=str(hook), **variables)
+    # Keep a PYTHONPATH that puts the code under test first (a worktree's src/): without it the
+    # workers would import whatever ampbench the venv has installed.
+    pythonpath = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return _env(PYTHONPATH=pythonpath, **variables)
 
 
 @pytest.fixture(scope="module")
@@ -711,6 +715,132 @@ def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kin
     assert not marker.exists()
 
 
+def _fake_model(
+    project: Path, variant: str, seed: int, run_id: str = "0" * 32, weights_fc_dim: int = 32
+) -> dict:
+    """A model.pt as training writes it (no training needed), weights from an AlexNet of `weights_fc_dim`."""
+    from ampbench.evaluate import TRAIN_KEYS
+    from ampbench.model import AlexNet
+
+    cfg = config.load_config(project / "params.yaml")
+    net = AlexNet(config.replace(cfg, model={"fc_dim": weights_fc_dim}).model, 10)
+    return {"state_dict": net.state_dict(), "config": dataclasses.asdict(cfg), "variant": variant,
+            "seed": seed, "run_id": run_id, "classes": list(make_dataset()["classes"]),
+            "result": dict.fromkeys(TRAIN_KEYS), "history": [{"epoch": 1}]}  # fmt: skip
+
+
+def _evaluate(project: Path, variant: str, tracker=None) -> dict:
+    from ampbench import data, evaluate
+
+    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    return evaluate.evaluate_variant(variant, (0,), project / "models", dataset, project / "reports", tracker)
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("single-autocast", 0), ("single-fp32", 1)])
+def test_model_of_another_variant_or_seed_is_refused(project, variant, seed):
+    """A model.pt copied into another variant's (or seed's) folder must not be scored as that one."""
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, variant, seed), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert f"{variant!r} seed {seed}" in message and "'single-fp32' seed 0" in message, message
+    assert str(project / SEED0 / "model.pt") in message
+    assert not (project / "reports" / "metrics").exists()
+    checkpoint.save(_fake_model(project, "single-fp32", 0), project / SEED0 / "model.pt")
+    assert _evaluate(project, "single-fp32")["seeds"][0]["run_id"] == "0" * 32  # the right file passes
+
+
+def test_model_whose_weights_do_not_match_its_config_is_refused(project):
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, "single-fp32", 0, weights_fc_dim=16), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert "weights do not match the model config stored with them" in message
+    assert "size mismatch" in message and "dvc repro -f train@single-fp32" in message, message
+
+
+def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
+    from ampbench.evaluate import ModelFileError
+    from ampbench.tracking import Tracker
+
+    uri = f"sqlite:///{project / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run_id = "f" * 32
+    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32", Tracker("cifar10-amp"))
+    message = str(err.value)
+    assert run_id in message and uri in message and "MLFLOW_TRACKING_URI" in message, message
+    assert not (project / "reports" / "metrics").exists()
+
+
+def _ampbench_imports(module: str) -> set[str]:
+    """ampbench modules that `module` imports anywhere in its file (lazy imports in functions too)."""
+    import ast
+
+    tree = ast.parse((REPO / "src" / Path(*module.split("."))).with_suffix(".py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}  # `from ampbench import data`
+    return {
+        m
+        for m in found
+        if m.startswith("ampbench.") and (REPO / "src" / Path(*m.split("."))).with_suffix(".py").exists()
+    }
+
+
+def _import_closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += _ampbench_imports(m)
+    return seen
+
+
+def test_every_stage_depends_on_all_the_code_it_runs():
+    """A stage whose deps miss a module it imports keeps stale results after that module changes."""
+    import tomllib
+
+    import yaml
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    missing = {}
+    for name, stage in stages.items():
+        entry = scripts[stage["cmd"].split()[0]].split(":")[0]  # `ampbench ...` -> ampbench.cli
+        files = {(REPO / "src" / Path(*m.split("."))).with_suffix(".py") for m in _import_closure(entry)}
+        files.add(REPO / "src" / "ampbench" / "__init__.py")  # runs before any ampbench module
+        deps = [REPO / d for d in stage["deps"]]
+        uncovered = sorted(
+            str(f.relative_to(REPO)) for f in files if not any(f.is_relative_to(d) for d in deps)
+        )
+        if uncovered:
+            missing[name] = uncovered
+    assert len(_import_closure("ampbench.cli")) > 5  # the closure walk itself works
+    assert not missing, f"dvc.yaml stages lack deps on code they import: {missing}"
+
+
+def test_bytecode_caches_are_not_part_of_the_code_dependency(tmp_path):
+    """Importing src/ampbench writes __pycache__ there; as part of the dep, every run would change it."""
+    shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
+    subprocess.run([str(VENV_BIN / "dvc"), "init", "--no-scm", "-q"], cwd=tmp_path, env=_env(), check=True,
+                   timeout=120)  # fmt: skip
+    check = [str(VENV_BIN / "dvc"), "check-ignore", "src/ampbench/__pycache__/cli.cpython-311.pyc",
+             "src/ampbench/cli.py"]  # fmt: skip
+    out = subprocess.run(check, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["src/ampbench/__pycache__/cli.cpython-311.pyc"], out.stdout + out.stderr
+
+
 # ---------------------------------------------------------------- 9. bad configuration
 def _no_side_effects(project: Path) -> None:
     assert not (project / "mlflow.db").exists() and not (project / "mlruns").exists()
@@ -770,6 +900,19 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
     assert f"MLflow tracking store {uri} is not usable" in proc.stderr
     assert "MLFLOW_TRACKING_URI" in proc.stderr
     assert not (project / "models").exists() and not (project / "checkpoints").exists()
+
+
+def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
+    """`dvc queue start -j 2` or two terminals: both first runs migrating a new sqlite store raced."""
+    project = _project(tmp_path / "p")
+    started = [procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
+               for p in ("fp32", "autocast")]  # fmt: skip
+    for proc, name in zip(started, ("fp32", "autocast")):
+        assert _wait(proc, 240, project / f"{name}.log") == 0, _log(project, name)
+    finished = [r for r in runs(project) if r.info.status == "FINISHED"]
+    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-fp32"]
+    run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
+    assert len(runs(project)) == 3
 
 
 # ---------------------------------------------------------------- 11. dependencies
