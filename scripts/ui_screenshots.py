@@ -120,7 +120,7 @@ def main() -> int:
         link = Tracker(args.experiment).link()  # exactly what the pipeline prints
         args.out.mkdir(parents=True, exist_ok=True)
         render(link.replace("&compareRunsMode=CHART", ""), args.out / "mlflow-runs.png", size="1600,700")
-        render(link, args.out / "mlflow-charts.png", size="1600,1100")
+        render(link, args.out / "mlflow-charts.png", budget_ms=90000, size="1600,2200")
         print(f"{link}\nwrote {args.out / 'mlflow-runs.png'} and {args.out / 'mlflow-charts.png'}")
     finally:
         proc.terminate()

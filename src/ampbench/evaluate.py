@@ -14,10 +14,12 @@ per-epoch curves: one row per variant in the UI. Writes DVC metrics
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import json
 import logging
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -165,7 +167,7 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
 
 
 AGGREGATE_KEYS = ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb")
-CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second")
+CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second", "skipped_steps")
 
 
 def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> None:
@@ -190,9 +192,26 @@ def _log_model(tracker, run_id: str, scorer: Scorer, example: torch.Tensor) -> N
     cpu = copy.deepcopy(scorer).cpu().eval()
     # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
     requirements = [f"torch=={torch.__version__.split('+')[0]}"]
-    with _active_run(tracker, run_id):
+    # The program is exported for the CPU; MLflow checks the input example by loading it on
+    # CUDA when CUDA is there, which a CPU program refuses. (Users on a GPU machine load it with
+    # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
+    with _active_run(tracker, run_id), _env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
         mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
                                  pip_requirements=requirements)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class _active_run:
