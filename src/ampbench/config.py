@@ -24,7 +24,7 @@ PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
 PARALLELS = ("single", "dp", "ddp")
 AMP_DTYPES = ("auto", "float16", "bfloat16")
 LOADERS = ("device", "dataloader")
-SWITCHES = ("auto", "on", "off")
+SWITCHES = ("auto", "always", "never")  # not on/off: YAML reads those as booleans
 VARIANT_AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
 # engine seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay below 2**64
 # (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31 leave room for
@@ -124,7 +124,7 @@ class TrackingConfig:
     """Timeout of one tracking call during training (one retry): a dead server costs seconds."""
     system_metrics: str = "auto"
     """CPU/GPU utilisation and memory charts (MLflow system metrics) on the train runs:
-    auto (on with CUDA), on or off."""
+    auto (with CUDA only), always or never."""
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ class _Stage:
         self.tracker, self.variant_run_id = tracker, variant_run_id
         self.data_digest = data.file_digest(data_file)
         self.data_source = cfg.data.url
-        self.system_metrics = cfg.tracking.system_metrics == "on" or (
+        self.system_metrics = cfg.tracking.system_metrics == "always" or (
             cfg.tracking.system_metrics == "auto" and torch.cuda.is_available()
         )
 
