@@ -14,12 +14,10 @@ per-epoch curves: one row per variant in the UI. Writes DVC metrics
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import json
 import logging
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -189,29 +187,17 @@ def _log_model(tracker, run_id: str, scorer: Scorer, example: torch.Tensor) -> N
     """An MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
     import mlflow.pytorch
 
+    from ampbench.tracking import temporary_env
+
     cpu = copy.deepcopy(scorer).cpu().eval()
     # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
     requirements = [f"torch=={torch.__version__.split('+')[0]}"]
     # The program is exported for the CPU; MLflow checks the input example by loading it on
     # CUDA when CUDA is there, which a CPU program refuses. (Users on a GPU machine load it with
     # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
-    with _active_run(tracker, run_id), _env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
+    with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
         mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
                                  pip_requirements=requirements)  # fmt: skip
-
-
-@contextlib.contextmanager
-def _env(**values: str):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class _active_run:

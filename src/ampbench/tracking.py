@@ -156,12 +156,10 @@ def ensure_store(uri: str):
 
 
 @contextmanager
-def _http_limits(seconds: float, retries: int):
-    """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
-    keys = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
-                      MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
+def temporary_env(**values: str):
+    """Set environment variables for the duration of a block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -170,6 +168,12 @@ def _http_limits(seconds: float, retries: int):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _http_limits(seconds: float, retries: int):
+    """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
+    return temporary_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
+                         MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
 
 
 def _brief(err: BaseException) -> str:
