@@ -40,7 +40,8 @@ def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path)
     (proj / "dvc.yaml").write_text("stages: {}\n")
     write_params(proj, model={"fc_dim": 256}, train={"epochs": 2, "batch_size": 20, "seeds": [0, 1]})
     # 40 steps per epoch: the timing window (2 warm-up steps, >= 1 s) ends inside the first epoch.
-    data.save_dataset(make_dataset(n_train_per_class=80, n_test_per_class=20), proj / "data/prepared/cifar10.pt")
+    dataset = make_dataset(n_train_per_class=80, n_test_per_class=20)
+    data.save_dataset(dataset, proj / "data" / "prepared" / "cifar10.pt")
     start = time.perf_counter()
     proc = run_cli(proj, "train", "--parallel", "single", "--precision", "fp32", env=clean_env())
     real = time.perf_counter() - start

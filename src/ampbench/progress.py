@@ -128,7 +128,7 @@ class StageProgress:
     """One train stage's progress bar, step timing and time estimates (quiet on ranks > 0)."""
 
     def __init__(self, cfg: Config, variant: str, steps_per_epoch: int, n_test: int, device_type: str,
-                 enabled: bool = True, warmup_steps: int = 2, min_timed_s: float = 2.0,
+                 enabled: bool = True, warmup_steps: int = 2, min_timed_s: float = 1.0,
                  min_timed_steps: int = 3, models_dir: Path = Path("models"),
                  work_dir: Path = Path("checkpoints"),
                  params_file: str | Path = "params.yaml") -> None:  # fmt: skip
