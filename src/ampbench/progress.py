@@ -325,7 +325,12 @@ def preflight(cfg: Config, params_file: str | Path = "params.yaml", probe_batch:
         f"No CUDA: this is the full study on a CPU: {len(variants)} variants x {seeds} seeds x "
         f"{cfg.train.epochs} epochs x {spe} steps of {batch} images.",
         f"Measured here (a few steps of the real model, {time.perf_counter() - t0:.0f} s): "
-        f"{by_precision} per step.",
+        f"{by_precision} per step"
+        + (
+            f" (autocast timed at a batch of {min(batch, probe_batch)} and scaled: rough)."
+            if len(per_image) > 1 or "fp32" not in per_image
+            else "."
+        ),
         f"Expected time of the study on this machine: about {fmt_duration(total)} "
         "(each train stage logs a measured estimate after its first steps).",
     ]
