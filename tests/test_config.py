@@ -105,3 +105,98 @@ def test_training_refuses_data_prepared_from_other_settings(project: Path):
     proc = run_cli(project, "train", "--parallel", "single", "--precision", "fp32",
                    "--set", "data.url=/elsewhere/cifar.tar.gz")  # fmt: skip
     assert (project / "models" / "single-fp32" / "seed-0" / "model.pt").exists()
+
+
+# ---------------------------------------------------------------- issue #13 items 9 and 10
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("train.seeds=[0,1", "train.seeds: '[0,1' is not valid YAML"),
+        ("train.epochs=@2", "train.epochs: '@2' is not valid YAML"),
+        ("train.lr=inf", "train.lr: expected a finite number, got inf"),
+        ("train.lr=.nan", "train.lr: expected a finite number, got nan"),
+        ("train.scale_floor=.inf", "train.scale_floor: expected a finite number"),
+        ("train.checkpoint_every_s=inf", "train.checkpoint_every_s: expected a finite number"),
+        ("train.collective_timeout_s=1e999", "train.collective_timeout_s: expected a finite number"),
+        ("tracking.preflight_timeout_s=inf", "tracking.preflight_timeout_s: expected a finite number"),
+        ("data.timeout_s=inf", "data.timeout_s: expected a finite number"),
+        ("train.seeds=[0, 1000000000000000]", "train.seeds: 1000000000000000 must be in [0, 2147483647]"),
+        ("train.seeds=[-1]", "train.seeds: -1 must be in [0, 2147483647]"),
+        ("variants.parallel=[single, tpu]", "variants.parallel: unknown 'tpu' (known: single, dp, ddp)"),
+        ("variants.precision=[]", "variants.precision: expected a non-empty list"),
+        ("variants.precision=[fp32, fp32]", "variants.precision: repeats 'fp32'"),
+        ("variants.colour=[red]", "variants.colour: unknown key (known: parallel, precision)"),
+        ("data.sha256=abc", "data.sha256: 'abc' must be 64 hexadecimal characters"),
+    ],
+)
+def test_more_bad_overrides_are_config_errors(override: str, expected: str):
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "params.yaml", [override])
+    assert expected in str(err.value)
+
+
+def test_null_section_is_named_without_a_trailing_dot(tmp_path: Path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["model"] = None
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, yaml.safe_dump(params)))
+    assert "model: expected a mapping, got None" in str(err.value)
+    assert "model.:" not in str(err.value)
+
+
+def test_largest_seed_is_usable_by_the_rng_arithmetic():
+    """The bound on seeds must keep engine's (seed*100_003+epoch)*4099+rank a valid torch seed."""
+    import torch
+
+    cfg = load_config(REPO / "params.yaml", ["train.seeds=[2147483647]"])
+    seed = cfg.train.seeds[0]
+    torch.Generator().manual_seed((seed * 100_003 + 10_000) * 4099 + 63)  # raises if out of range
+
+
+def test_variants_are_accepted_and_validated(tmp_path: Path):
+    cfg = load_config(REPO / "params.yaml", ["variants.parallel=[single]", "variants.precision=[fp32]"])
+    assert cfg == Config()  # the axes are DVC's: they change neither the config nor its digest
+
+
+def test_all_digit_sha256_is_read_as_text(tmp_path: Path):
+    digits = "1" * 64
+    params = (REPO / "params.yaml").read_text().replace('sha256: ""', f"sha256: {digits}")
+    cfg = load_config(write(tmp_path, params))
+    assert cfg.data.sha256 == digits
+    # A leading zero makes YAML read octal: the value cannot be recovered, so say to quote it.
+    octal = "0" + "1" * 63
+    with pytest.raises(ConfigError, match="quote it"):
+        load_config(write(tmp_path, params.replace(digits, octal)))
+    assert load_config(write(tmp_path, params.replace(digits, f'"{octal}"'))).data.sha256 == octal
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n"])
+def test_empty_params_file_is_refused(tmp_path: Path, text: str):
+    with pytest.raises(ConfigError, match="holds no settings"):
+        load_config(write(tmp_path, text))
+
+
+def test_params_that_is_a_folder_or_not_utf8_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        load_config(tmp_path)
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("train:\n  amp_dtype: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("train", "--set", "train.seeds=[0,1"),
+        ("train", "--set", "train.epochs=@2"),
+        ("variant", "--seeds", ","),
+        ("train", "--params", "."),
+    ],
+)
+def test_cli_reports_unparsable_input_as_usage_error(project: Path, args):
+    proc = run_cli(project, *args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "invalid configuration" in proc.stderr or "is a folder" in proc.stderr
+    assert not (project / "mlflow.db").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import os
 import pickle
 import socket
 import tarfile
@@ -433,3 +434,84 @@ def test_save_and_load_dataset(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     with pytest.raises(data.DataError, match="unreadable"):
         data.load_dataset(tmp_path / "bad.pt")
+
+
+# ---------------------------------------------------------------- issue #13 items 6 and 12
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid  # exited and reaped: a pid nobody holds (until the kernel reuses it)
+
+
+def test_temporaries_of_a_killed_download_are_removed_by_the_next(server, image_folder, tmp_path):
+    """kill -9 of `ampbench download` leaves temps (one inside the DVC output data/prepared)."""
+    archive = _tar_gz(tmp_path / "imgs.tar.gz", image_folder, "mydata")
+    server.files["imgs.tar.gz"] = archive.read_bytes()
+    url, cache, prepared = server.url("imgs.tar.gz"), tmp_path / "raw", tmp_path / "prepared"
+    data.prepare(url, prepared / "cifar10.pt", cache)
+    dead, extracted = _dead_pid(), next(p.name for p in cache.iterdir() if p.name.startswith("extracted-"))
+    stale = [prepared / f".cifar10.pt.tmp-{dead}", prepared / "cifar10.pt.k2j4_x9a.tmp",  # older naming
+             cache / f".imgs.tar.gz.part-{dead}-abc", cache / "imgs.tar.gz.q1w2e3r4.part",
+             cache / f".{extracted}.extracting-{dead}-abc", cache / f".{extracted}.extracting-q1w2e3r4",
+             cache / f".{extracted}.old-{dead}-abc"]  # fmt: skip
+    for path in stale:
+        if "extracting" in path.name or ".old-" in path.name:
+            (path / "train").mkdir(parents=True)
+        else:
+            path.write_bytes(b"half written")
+    live = prepared / f".cifar10.pt.tmp-{os.getppid()}"  # a writer that is still running: keep
+    live.write_bytes(b"being written")
+    data.prepare(url, prepared / "cifar10.pt", cache)
+    assert [p for p in stale if p.exists()] == []
+    assert live.exists()
+    assert data.load_dataset(prepared / "cifar10.pt")["train_images"].shape[0] == 40
+
+
+def test_save_dataset_makes_the_rename_durable(tmp_path, monkeypatch):
+    """The same atomic write as checkpoints: the folder is fsync'ed after the rename."""
+    import stat
+
+    synced = []
+    real_fsync = os.fsync
+
+    def record(fd):
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    data.save_dataset({"classes": ["a"]}, tmp_path / "ds.pt")
+    assert synced == [False, True]  # the file, then its folder
+
+
+def _class_tree(root: Path, names: list[str]) -> Path:
+    for split in ("train", "test"):
+        for i, name in enumerate(names):
+            (root / split / name).mkdir(parents=True)
+            png = torchvision.io.encode_png(_image(i)).numpy().tobytes()
+            (root / split / name / "0.png").write_bytes(png)
+    return root
+
+
+@pytest.mark.parametrize("count", [9, 11])
+def test_image_folder_without_ten_classes_warns_and_records_the_count(tmp_path, caplog, count):
+    names = [*data.CIFAR10_CLASSES, "unicorn"][:count]
+    root = _class_tree(tmp_path / "tree", names)
+    with caplog.at_level("WARNING", logger="ampbench.data"):
+        data.prepare(str(root), tmp_path / "cifar10.pt", tmp_path / "cache")
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert f"{count} classes" in warning and str(root) in warning and names[-1] in warning, warning
+    assert data.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
+
+
+def test_download_records_the_class_count_in_source_json(project, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    root = _class_tree(tmp_path / "tree", list(data.CIFAR10_CLASSES)[:9])
+    proc = run_cli(project, "download", "--set", f"data.url={root}", "--set", "data.train_per_class=0")
+    assert "9 classes" in proc.stderr
+    assert json.loads((project / "data" / "prepared" / "source.json").read_text())["num_classes"] == 9

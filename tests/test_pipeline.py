@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -27,9 +29,9 @@ VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autoc
 BIN = Path(sys.executable).parent
 
 
-def image_folder_archive(dest: Path) -> Path:
+def image_folder_archive(dest: Path, per_class: int = 6) -> Path:
     """A tiny CIFAR-like ImageFolder archive: train/<class>/*.png, test/<class>/*.png."""
-    ds = make_dataset(n_train_per_class=6, n_test_per_class=3)
+    ds = make_dataset(n_train_per_class=per_class, n_test_per_class=3)
     root = dest / "tiny"
     for split in ("train", "test"):
         for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
@@ -47,7 +49,7 @@ def env_with_venv(**extra: str) -> dict:
     return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra)
 
 
-def sh(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess:
+def sh(cmd: list[str], cwd: Path, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, env=env_with_venv(**env), capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
@@ -255,3 +257,24 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
     assert seed.data.tags["mlflow.parentRunId"] == variant.info.run_id
     assert seed.data.params["train.epochs"] == "1" and seed.data.params["train.batch_size"] == "10"
     assert study["single-fp32/seed-0"].data.tags["mlflow.parentRunId"] == study["single-fp32"].info.run_id
+
+
+def _ui_screenshots():
+    spec = importlib.util.spec_from_file_location("ui_screenshots", REPO / "scripts" / "ui_screenshots.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.browser
+def test_printed_link_opens_the_nine_variants_in_a_fresh_browser(repro: Path, server):
+    ui = _ui_screenshots()
+    if not ui.chromium():
+        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
+    links = re.findall(r"Browse the runs: (\S+)", (repro / "repro.log").read_text())
+    assert links and links[-1].startswith(server.uri), links
+    dom = ui.render(links[-1])
+    title = re.search(r"<title>([^<]*)</title>", dom).group(1)
+    assert title.startswith("Runs - Experiment"), title  # the training runs, not the GenAI "Overview"
+    shown = set(re.findall(r">((?:single|dp|ddp)-(?:fp32|autocast_gradscaler|autocast))<", dom))
+    assert shown == set(VARIANTS)

@@ -2,7 +2,10 @@
 cannot reach its tracking store. docs/RELIABILITY.md maps every fault tried here to its test.
 
 Stages run as real subprocesses (`python -m ampbench ...`) in throwaway project folders, so signals,
-exit codes, checkpoints on disk and MLflow run states are the real ones. Sizes are tiny (AlexNet
+exit codes, checkpoints on disk and MLflow run states are the real ones. A seed in progress lives in
+``checkpoints/<variant>/seed-<s>/`` (``checkpoint.pt``, ``run.json``, then ``model.pt``); only a
+finished stage publishes ``models/<variant>/seed-<s>/model.pt``. Each variant has a variant run with
+one nested seed run per seed in MLflow. Sizes are tiny (AlexNet
 with fc_dim 32, 6-24 images per class) so that the whole file fits in a few minutes on 2 CPU cores.
 
 Fault injection: the code has no fault hook. Tests that need a worker to crash put a
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import errno
 import io
 import json
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from ampbench import checkpoint, config, engine, launch, parallel, precision
 from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs, write_params
@@ -36,8 +41,10 @@ from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs
 VENV_BIN = Path(sys.executable).parent
 SINGLE = ("train", "--parallel", "single", "--precision", "fp32")
 DDP = ("train", "--parallel", "ddp", "--precision", "fp32")
-SEED0 = Path("models/single-fp32/seed-0")
-DDP_SEED0 = Path("models/ddp-fp32/seed-0")
+SEED0 = Path("models/single-fp32/seed-0")  # the published model.pt of a finished stage
+WORK = Path("checkpoints/single-fp32")  # the stage's work in progress (no DVC output)
+WORK0 = WORK / "seed-0"  # checkpoint.pt, run.json, model.pt of a seed in progress
+DDP_WORK0 = Path("checkpoints/ddp-fp32/seed-0")
 # Long enough to be killed mid-run: 24 images per class / batch 20 = 12 steps (~1 s) per epoch.
 LONG_DATA, LONG_EPOCHS = 24, 4
 
@@ -206,6 +213,15 @@ def _metric_steps(project: Path, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in mlflow_client(project).get_metric_history(run_id, key))
 
 
+def _runs_of(project: Path, kind: str) -> list:
+    """The MLflow runs of one kind: "seed" (one per variant and seed) or "variant" (their parent)."""
+    return [r for r in runs(project) if r.data.tags.get("ampbench.kind") == kind]
+
+
+def _run_json(project: Path, work0: Path = WORK0) -> dict:
+    return json.loads((project / work0 / "run.json").read_text())
+
+
 def _assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     differ = [k for k in a if not torch.equal(a[k], b[k])]
@@ -223,7 +239,10 @@ def _hook_env(tmp_path: Path, **variables: str) -> dict:
     hook = tmp_path / "test-hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(TEST_HOOK)
-    return _env(PYTHONPATH=str(hook), **variables)
+    # Keep a PYTHONPATH that puts the code under test first (a worktree's src/): without it the
+    # workers would import whatever ampbench the venv has installed.
+    pythonpath = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return _env(PYTHONPATH=pythonpath, **variables)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +256,7 @@ def reference(tmp_path_factory) -> dict:
 # ---------------------------------------------------------------- 1. kill -9 and resume
 def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, procs, reference):
     proj = _long_project(tmp_path / "proj")
-    ckpt = proj / SEED0 / "checkpoint.pt"
+    ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.5)  # land mid-epoch, well after the epoch's metrics were logged
@@ -245,33 +264,39 @@ def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, pr
     assert proc.wait(30) == -signal.SIGKILL
     saved = _load(ckpt)  # the last complete epoch before the kill
     assert 1 <= saved["epoch"] < LONG_EPOCHS and saved["step"] == 0
-    assert not (proj / SEED0 / "model.pt").exists()
+    assert not (proj / WORK0 / "model.pt").exists() and not (proj / SEED0).exists()
     run_id = saved["run_id"]
+    assert _run_json(proj)["run_id"] == run_id
+    variant_run = json.loads((proj / WORK / "variant.json").read_text())["run_id"]
     assert _status(proj, run_id) == "RUNNING"  # nobody could mark it: the resume continues it
 
     done = run_cli(proj, *SINGLE, env=_env())
     assert f"resuming seed 0 at epoch {saved['epoch']} step 0" in done.stderr
     final = _load(proj / SEED0 / "model.pt")
-    assert final["run_id"] == run_id
-    assert not ckpt.exists()
-    assert [r.info.run_id for r in runs(proj)] == [run_id]  # one run for the variant and seed
-    assert _status(proj, run_id) == "FINISHED"
+    assert (final["run_id"], final["variant_run_id"]) == (run_id, variant_run)
+    assert not (proj / WORK).exists()  # published: the work folder is gone
+    assert [r.info.run_id for r in _runs_of(proj, "seed")] == [run_id]  # one run for the variant and seed
+    assert [r.info.run_id for r in _runs_of(proj, "variant")] == [variant_run]  # reused, not a second one
+    assert _status(proj, run_id) == _status(proj, variant_run) == "FINISHED"
     assert [h["epoch"] for h in final["history"]] == list(range(1, LONG_EPOCHS + 1))
     # Every epoch is recorded; one killed after logging but before its checkpoint is logged again.
-    assert sorted(set(_metric_steps(proj, run_id, "train_loss"))) == list(range(1, LONG_EPOCHS + 1))
+    assert sorted(set(_metric_steps(proj, run_id, "train/loss"))) == list(range(1, LONG_EPOCHS + 1))
     _assert_same_weights(final["state_dict"], reference["state_dict"])
 
 
 def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, procs):
-    """Through DVC: kill -9 of the whole `dvc repro` process group, repro again resumes (the out
-    is persist: true); an unchanged repro runs nothing; `dvc repro -f` trains a fresh run."""
+    """Through DVC: kill -9 of the whole `dvc repro` process group, repro again resumes (the
+    checkpoint lives in checkpoints/, no DVC output, so DVC deletes nothing it needs although the
+    models/ out is not persist); an unchanged repro runs nothing; `dvc repro -f` trains a fresh run."""
     proj = _long_project(tmp_path / "proj", epochs=4)
+    train_outs = yaml.safe_load((proj / "dvc.yaml").read_text())["stages"]["train"]["outs"]
+    assert "persist" not in json.dumps(train_outs), train_outs  # resume must not depend on it
     shutil.copytree(REPO / "src" / "ampbench", proj / "src" / "ampbench",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip  # the stage's deps
     dvc = [str(VENV_BIN / "dvc")]
     subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=proj, env=_env(), check=True, timeout=120)
     repro = [*dvc, "repro", "--single-item", "train@single-fp32"]
-    ckpt = proj / SEED0 / "checkpoint.pt"
+    ckpt = proj / WORK0 / "checkpoint.pt"
 
     proc = procs.start(proj, cmd=repro, name="dvc")
     _wait_for_checkpoint(proc, ckpt, proj / "dvc.log", min_epoch=1)
@@ -279,6 +304,7 @@ def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, proc
     os.killpg(proc.pid, signal.SIGKILL)  # dvc and the training it started
     proc.wait(30)
     run_id = _load(ckpt)["run_id"]
+    assert not (proj / SEED0 / "model.pt").exists()
 
     def dvc_repro(*extra: str) -> str:
         out = subprocess.run([*repro[:2], *extra, *repro[2:]], cwd=proj, env=_env(), capture_output=True,
@@ -286,17 +312,21 @@ def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, proc
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout + out.stderr
 
-    assert "resuming seed 0 at epoch" in dvc_repro()
+    assert "resuming seed 0 at epoch" in dvc_repro()  # DVC deleted the models/ out, not the checkpoint
     assert _load(proj / SEED0 / "model.pt")["run_id"] == run_id
-    assert [(r.info.run_id, r.info.status) for r in runs(proj)] == [(run_id, "FINISHED")]
+    assert not (proj / WORK).exists()
+    assert [(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")] == [(run_id, "FINISHED")]
+    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED"]
 
     assert "didn't change" in dvc_repro()  # unchanged pipeline: no new run
-    assert len(runs(proj)) == 1
+    assert len(runs(proj)) == 2  # the variant run and its seed run
 
     dvc_repro("-f")  # forced: a finished seed trains afresh, in a new run
     fresh = _load(proj / SEED0 / "model.pt")["run_id"]
     assert fresh != run_id
-    assert {(r.info.run_id, r.info.status) for r in runs(proj)} == {(run_id, "FINISHED"), (fresh, "FINISHED")}
+    seeds = {(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")}
+    assert seeds == {(run_id, "FINISHED"), (fresh, "FINISHED")}
+    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED", "FINISHED"]
 
 
 # ---------------------------------------------------------------- 2. atomic checkpoint writes
@@ -370,7 +400,7 @@ def test_full_disk_is_a_clear_checkpoint_error(tmp_path, monkeypatch, how):
 # ---------------------------------------------------------------- 3 + 4. stop signals, changed config
 def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, procs, reference):
     proj = _long_project(tmp_path / "proj")
-    ckpt = proj / SEED0 / "checkpoint.pt"
+    ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.3)
@@ -380,18 +410,20 @@ def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, proc
     assert saved["epoch"] >= 1 and saved["step"] > 0  # a stop saves mid-epoch, at a step boundary
     assert "SIGTERM received" in _log(proj)
     assert _status(proj, saved["run_id"]) == "KILLED"
+    assert [r.info.status for r in _runs_of(proj, "variant")] == ["KILLED"]  # not left RUNNING
 
     done = run_cli(proj, *SINGLE, env=_env())
     assert f"resuming seed 0 at epoch {saved['epoch']} step {saved['step']}" in done.stderr
     final = _load(proj / SEED0 / "model.pt")
     assert final["run_id"] == saved["run_id"]
-    assert [r.info.status for r in runs(proj)] == ["FINISHED"]
+    assert [r.info.status for r in _runs_of(proj, "seed")] == ["FINISHED"]
+    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED"]
     _assert_same_weights(final["state_dict"], reference["state_dict"])  # mid-epoch resume is exact too
 
 
 def test_changed_config_refuses_to_resume_until_fresh(tmp_path, procs):
     proj = _long_project(tmp_path / "proj")
-    ckpt = proj / SEED0 / "checkpoint.pt"
+    ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the same graceful stop as SIGTERM
@@ -404,20 +436,22 @@ def test_changed_config_refuses_to_resume_until_fresh(tmp_path, procs):
     write_params(proj, train={"epochs": LONG_EPOCHS, "lr": 0.02})  # was 0.05
     refused = run_cli(proj, *SINGLE, env=_env(), check=False)
     assert refused.returncode == 1
-    assert "--fresh" in refused.stderr and str(SEED0 / "checkpoint.pt") in refused.stderr
+    assert "--fresh" in refused.stderr and str(WORK0 / "checkpoint.pt") in refused.stderr
     assert ckpt.read_bytes() == before
-    assert [r.info.run_id for r in runs(proj)] == [killed]
+    assert [r.info.run_id for r in _runs_of(proj, "seed")] == [killed]
+    assert len(_runs_of(proj, "variant")) == 1  # refused before any run was created
 
     run_cli(proj, *SINGLE, "--fresh", "--set", "train.epochs=1", env=_env())
     fresh = _load(proj / SEED0 / "model.pt")["run_id"]
-    assert fresh != killed and not ckpt.exists()
-    assert {(r.info.run_id, r.info.status) for r in runs(proj)} == {(killed, "KILLED"), (fresh, "FINISHED")}
+    assert fresh != killed and not ckpt.exists() and not (proj / WORK).exists()
+    seeds = {(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")}
+    assert seeds == {(killed, "KILLED"), (fresh, "FINISHED")}
 
 
 def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
     # 6 steps per epoch, fewer than train.stop_check_every (20): ranks must also agree at epoch ends.
     proj = _long_project(tmp_path / "proj", per_class=12)
-    ckpt = proj / DDP_SEED0 / "checkpoint.pt"
+    ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *DDP, env=_hook_env(tmp_path, AMPBENCH_TEST_NO_MLFLOW="1"))
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)  # proves rank 1 never used MLflow
     time.sleep(0.3)
@@ -440,7 +474,7 @@ def test_sigkill_of_ddp_launcher_group_leaves_no_orphan_workers(tmp_path, procs)
     """torchrun starts each worker in a session of its own, so kill -9 of the launcher's process
     group (a CI timeout, `kill -9 -PGID`) reaches the launcher and torchrun but not the workers."""
     proj = _long_project(tmp_path / "proj", per_class=12, epochs=10)
-    ckpt = proj / DDP_SEED0 / "checkpoint.pt"
+    ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *DDP)
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.3)
@@ -452,7 +486,8 @@ def test_sigkill_of_ddp_launcher_group_leaves_no_orphan_workers(tmp_path, procs)
         time.sleep(0.2)
     assert not [p for p in tree if _alive(p)], "orphaned DDP workers kept running"
     assert "parent process" in _log(proj) and "is gone" in _log(proj)
-    assert not (proj / DDP_SEED0 / "model.pt").exists()  # they stopped instead of finishing
+    assert not (proj / DDP_WORK0 / "model.pt").exists()  # they stopped instead of finishing
+    assert not (proj / "models").exists()
     saved = _load(ckpt)
     assert saved["step"] > 0 and _status(proj, saved["run_id"]) == "KILLED"
 
@@ -460,7 +495,7 @@ def test_sigkill_of_ddp_launcher_group_leaves_no_orphan_workers(tmp_path, procs)
 # ---------------------------------------------------------------- 5. crashes and hangs
 def test_crashing_ddp_worker_ends_job_with_its_traceback(tmp_path, procs):
     proj = _long_project(tmp_path / "proj", per_class=12)
-    ckpt = proj / DDP_SEED0 / "checkpoint.pt"
+    ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     # Rank 1 raises at its 8th step: the 2nd step of epoch 2 (6 steps per epoch).
     proc = procs.start(proj, *DDP, env=_hook_env(tmp_path, AMPBENCH_TEST_FAULT="1:8"))
     _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
@@ -480,9 +515,11 @@ def test_exception_in_training_marks_run_failed(tmp_path, project):
     proc = run_cli(project, *SINGLE, env=_hook_env(tmp_path, AMPBENCH_TEST_FAULT="0:5"), check=False)
     assert proc.returncode == 1
     assert "RuntimeError: injected fault: rank 0 step 5" in proc.stderr
-    (run,) = runs(project)
+    (run,) = _runs_of(project, "seed")
     assert run.info.status == "FAILED"
-    assert _load(project / SEED0 / "checkpoint.pt")["epoch"] == 1
+    assert [r.info.status for r in _runs_of(project, "variant")] == ["FAILED"]
+    assert _load(project / WORK0 / "checkpoint.pt")["epoch"] == 1
+    assert _run_json(project)["run_id"] == run.info.run_id
 
 
 def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
@@ -493,15 +530,15 @@ def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "DVC_"))]:
         monkeypatch.delenv(key)
     cfg = config.load_config("params.yaml")
-    tracker = Tracker(cfg.tracking.experiment)
-    running = tracker.start("ddp-fp32", {}, {})
-    finished = tracker.start("ddp-fp32", {}, {})
+    tracker = Tracker.from_config(cfg)
+    running = tracker.start("ddp-fp32/seed-0", {}, {})
+    finished = tracker.start("ddp-fp32/seed-1", {}, {})
     tracker.end(finished, "FINISHED")
-    variant = Path("models/ddp-fp32")
-    (variant / "seed-0").mkdir(parents=True)
-    (variant / "seed-0" / "run_id").write_text(running + "\n")
-    (variant / "seed-1").mkdir()
-    (variant / "seed-1" / "run_id").write_text(finished + "\n")
+    variant = Path("checkpoints/ddp-fp32")  # run.json: written before the first checkpoint
+    for seed, run_id in ((0, running), (1, finished)):
+        (variant / f"seed-{seed}").mkdir(parents=True)
+        record = {"run_id": run_id, "config_digest": "x"}
+        (variant / f"seed-{seed}" / "run.json").write_text(json.dumps(record))
 
     class DeadJob:  # torchrun, as seen by the launcher, after a worker died
         def __init__(self, cmd):
@@ -609,13 +646,13 @@ def test_gradscaler_scale_below_floor_is_divergence(tmp_path, one_thread):
 def test_gradscaler_skipped_steps_are_logged(project):
     run_cli(project, "train", "--parallel", "single", "--precision", "autocast_gradscaler",
             "--set", "train.lr=1e30")  # fmt: skip
-    (run,) = runs(project)
+    (run,) = _runs_of(project, "seed")
     assert run.info.status == "FINISHED"
     assert run.data.params["grad_scaler_used"] == "True"
-    assert run.data.metrics["skipped_steps"] > 0 and run.data.metrics["nonfinite_losses"] > 0
+    assert run.data.metrics["amp/skipped_steps"] > 0 and run.data.metrics["amp/nonfinite_losses"] > 0
     # Skipping non-finite steps is the scaler doing its job; only a collapsed scale (below
     # train.scale_floor) or non-finite weights count as divergence.
-    assert run.data.metrics["diverged"] == 0 and run.data.tags["diverged"] == "false"
+    assert run.data.metrics["train/diverged"] == 0 and run.data.tags["diverged"] == "false"
 
 
 # ---------------------------------------------------------------- 7. nothing runs as something it is not
@@ -624,7 +661,7 @@ def test_dp_without_gpus_records_one_device_and_warns(project):
         pytest.skip("this machine has 2+ GPUs: DataParallel really splits the batch here")
     proc = run_cli(project, "train", "--parallel", "dp", "--precision", "fp32")
     assert "effectively single-device" in proc.stderr
-    (run,) = runs(project)
+    (run,) = _runs_of(project, "seed")
     params = run.data.params
     assert params["devices_used"] == "1" and params["world_size"] == "1"
     assert params["grad_scaler_used"] == "False" and params["autocast_used"] == "False"
@@ -678,10 +715,136 @@ def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kin
     assert not marker.exists()
 
 
+def _fake_model(
+    project: Path, variant: str, seed: int, run_id: str = "0" * 32, weights_fc_dim: int = 32
+) -> dict:
+    """A model.pt as training writes it (no training needed), weights from an AlexNet of `weights_fc_dim`."""
+    from ampbench.evaluate import TRAIN_KEYS
+    from ampbench.model import AlexNet
+
+    cfg = config.load_config(project / "params.yaml")
+    net = AlexNet(config.replace(cfg, model={"fc_dim": weights_fc_dim}).model, 10)
+    return {"state_dict": net.state_dict(), "config": dataclasses.asdict(cfg), "variant": variant,
+            "seed": seed, "run_id": run_id, "classes": list(make_dataset()["classes"]),
+            "result": dict.fromkeys(TRAIN_KEYS), "history": [{"epoch": 1}]}  # fmt: skip
+
+
+def _evaluate(project: Path, variant: str, tracker=None) -> dict:
+    from ampbench import data, evaluate
+
+    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    return evaluate.evaluate_variant(variant, (0,), project / "models", dataset, project / "reports", tracker)
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("single-autocast", 0), ("single-fp32", 1)])
+def test_model_of_another_variant_or_seed_is_refused(project, variant, seed):
+    """A model.pt copied into another variant's (or seed's) folder must not be scored as that one."""
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, variant, seed), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert f"{variant!r} seed {seed}" in message and "'single-fp32' seed 0" in message, message
+    assert str(project / SEED0 / "model.pt") in message
+    assert not (project / "reports" / "metrics").exists()
+    checkpoint.save(_fake_model(project, "single-fp32", 0), project / SEED0 / "model.pt")
+    assert _evaluate(project, "single-fp32")["seeds"][0]["run_id"] == "0" * 32  # the right file passes
+
+
+def test_model_whose_weights_do_not_match_its_config_is_refused(project):
+    from ampbench.evaluate import ModelFileError
+
+    checkpoint.save(_fake_model(project, "single-fp32", 0, weights_fc_dim=16), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32")
+    message = str(err.value)
+    assert "weights do not match the model config stored with them" in message
+    assert "size mismatch" in message and "dvc repro -f train@single-fp32" in message, message
+
+
+def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
+    from ampbench.evaluate import ModelFileError
+    from ampbench.tracking import Tracker
+
+    uri = f"sqlite:///{project / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run_id = "f" * 32
+    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32", Tracker("cifar10-amp"))
+    message = str(err.value)
+    assert run_id in message and uri in message and "MLFLOW_TRACKING_URI" in message, message
+    assert not (project / "reports" / "metrics").exists()
+
+
+def _ampbench_imports(module: str) -> set[str]:
+    """ampbench modules that `module` imports anywhere in its file (lazy imports in functions too)."""
+    import ast
+
+    tree = ast.parse((REPO / "src" / Path(*module.split("."))).with_suffix(".py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}  # `from ampbench import data`
+    return {
+        m
+        for m in found
+        if m.startswith("ampbench.") and (REPO / "src" / Path(*m.split("."))).with_suffix(".py").exists()
+    }
+
+
+def _import_closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += _ampbench_imports(m)
+    return seen
+
+
+def test_every_stage_depends_on_all_the_code_it_runs():
+    """A stage whose deps miss a module it imports keeps stale results after that module changes."""
+    import tomllib
+
+    import yaml
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    missing = {}
+    for name, stage in stages.items():
+        entry = scripts[stage["cmd"].split()[0]].split(":")[0]  # `ampbench ...` -> ampbench.cli
+        files = {(REPO / "src" / Path(*m.split("."))).with_suffix(".py") for m in _import_closure(entry)}
+        files.add(REPO / "src" / "ampbench" / "__init__.py")  # runs before any ampbench module
+        deps = [REPO / d for d in stage["deps"]]
+        uncovered = sorted(
+            str(f.relative_to(REPO)) for f in files if not any(f.is_relative_to(d) for d in deps)
+        )
+        if uncovered:
+            missing[name] = uncovered
+    assert len(_import_closure("ampbench.cli")) > 5  # the closure walk itself works
+    assert not missing, f"dvc.yaml stages lack deps on code they import: {missing}"
+
+
+def test_bytecode_caches_are_not_part_of_the_code_dependency(tmp_path):
+    """Importing src/ampbench writes __pycache__ there; as part of the dep, every run would change it."""
+    shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
+    subprocess.run([str(VENV_BIN / "dvc"), "init", "--no-scm", "-q"], cwd=tmp_path, env=_env(), check=True,
+                   timeout=120)  # fmt: skip
+    check = [str(VENV_BIN / "dvc"), "check-ignore", "src/ampbench/__pycache__/cli.cpython-311.pyc",
+             "src/ampbench/cli.py"]  # fmt: skip
+    out = subprocess.run(check, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["src/ampbench/__pycache__/cli.cpython-311.pyc"], out.stdout + out.stderr
+
+
 # ---------------------------------------------------------------- 9. bad configuration
 def _no_side_effects(project: Path) -> None:
     assert not (project / "mlflow.db").exists() and not (project / "mlruns").exists()
-    assert not (project / "models").exists()
+    assert not (project / "models").exists() and not (project / "checkpoints").exists()
 
 
 def test_bad_params_are_all_reported_in_one_message_before_anything_runs(project):
@@ -736,7 +899,20 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
     assert proc.returncode == 1
     assert f"MLflow tracking store {uri} is not usable" in proc.stderr
     assert "MLFLOW_TRACKING_URI" in proc.stderr
-    assert not (project / "models").exists()
+    assert not (project / "models").exists() and not (project / "checkpoints").exists()
+
+
+def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
+    """`dvc queue start -j 2` or two terminals: both first runs migrating a new sqlite store raced."""
+    project = _project(tmp_path / "p")
+    started = [procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
+               for p in ("fp32", "autocast")]  # fmt: skip
+    for proc, name in zip(started, ("fp32", "autocast")):
+        assert _wait(proc, 240, project / f"{name}.log") == 0, _log(project, name)
+    finished = [r for r in runs(project) if r.info.status == "FINISHED"]
+    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-fp32"]
+    run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
+    assert len(runs(project)) == 3
 
 
 # ---------------------------------------------------------------- 11. dependencies

@@ -2,7 +2,8 @@
 divergence as a result, and configuration errors.
 
 End-to-end tests run `python -m ampbench train` as a subprocess in a throwaway project (tiny data,
-tiny model) and read back what it wrote: ``model.pt`` and the MLflow run. The equivalence and dtype
+tiny model) and read back what it wrote: ``model.pt`` and the MLflow runs (a variant run named
+``<variant>`` with one nested seed run ``<variant>/seed-<s>`` per seed). The equivalence and dtype
 tests call ampbench's own pieces in-process (``engine.setup``/``engine.Step``, the loaders' per-rank
 slicing, ``parallel.Distributed`` over gloo, ``precision.apply``).
 """
@@ -31,7 +32,20 @@ SUMMARY = ("train_seconds", "peak_memory_mb", "first_epoch_seconds")
 REQUIRED_PARAMS = ("train.batch_size", "variant", "amp_dtype", "world_size", "devices_used",
                    "device_name", "torch_version", "tf32_matmul", "tf32_cudnn", "git_commit",
                    "per_process_batch")  # fmt: skip
-MODEL_PT_KEYS = {"state_dict", "config", "run_id", "result", "history"}
+MODEL_PT_KEYS = {"state_dict", "config", "run_id", "variant_run_id", "config_digest", "result", "history",
+                 "pending_metrics"}  # fmt: skip
+# Flat keys (model.pt, DVC metrics) -> the sectioned names MLflow shows them under.
+MLFLOW_NAME = {
+    "train_loss": "train/loss", "train_accuracy": "train/accuracy", "test_accuracy": "test/accuracy",
+    "epoch_seconds": "time/epoch_seconds", "epoch_images_per_second": "speed/epoch_images_per_second",
+    "lr": "train/lr", "grad_scale": "amp/grad_scale", "skipped_steps": "amp/skipped_steps",
+    "nonfinite_losses": "amp/nonfinite_losses", "train_seconds": "time/train_seconds",
+    "first_epoch_seconds": "time/first_epoch_seconds", "images_per_second": "speed/images_per_second",
+    "peak_memory_mb": "memory/peak_mb", "epochs_completed": "train/epochs_completed",
+    "diverged": "train/diverged", "diverged_epoch": "train/diverged_epoch",
+    "diverged_step": "train/diverged_step",
+}  # fmt: skip
+KIND = "ampbench.kind"  # variant | seed | compare
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -57,15 +71,29 @@ def _model_pt(project: Path, variant: str, seed: int = 0) -> dict:
     return saved
 
 
-def _run_named(project: Path, name: str):
+def _run_named(project: Path, name: str, kind: str):
     found = [r for r in runs(project) if r.info.run_name == name]
     assert len(found) == 1, f"expected one MLflow run named {name!r}, found {len(found)}"
+    assert found[0].data.tags.get(KIND) == kind, found[0].data.tags
     return found[0]
 
 
+def _seed_run(project: Path, variant: str, seed: int = 0):
+    """The seed's run, nested under the variant's run (checked here for every caller)."""
+    run = _run_named(project, f"{variant}/seed-{seed}", "seed")
+    parent = _run_named(project, variant, "variant")
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    return run
+
+
+def _metric(run, key: str) -> float:
+    """The latest value of a flat key, read under its sectioned MLflow name."""
+    return run.data.metrics[MLFLOW_NAME[key]]
+
+
 def _history(project: Path, run_id: str, key: str) -> dict[int, float]:
-    """{step: value} of one metric; fails if a step was logged twice."""
-    hist = mlflow_client(project).get_metric_history(run_id, key)
+    """{step: value} of one metric (flat key); fails if a step was logged twice."""
+    hist = mlflow_client(project).get_metric_history(run_id, MLFLOW_NAME[key])
     steps = [m.step for m in hist]
     assert len(steps) == len(set(steps)), f"{key}: a step was logged more than once: {sorted(steps)}"
     return {m.step: m.value for m in hist}
@@ -116,18 +144,28 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     saved = _model_pt(project, variant)
     result, history = saved["result"], saved["history"]
     assert saved["config"]["train"]["batch_size"] == BATCH
-    assert not (project / "models" / variant / "seed-0" / "checkpoint.pt").exists()
+    assert sorted(p.name for p in (project / "models" / variant).rglob("*")) == ["model.pt", "seed-0"]
+    assert not (project / "checkpoints" / variant).exists()  # the work folder is gone once published
+    assert saved["pending_metrics"] == []  # the store took every epoch
     assert result["diverged"] is False
     assert result["epochs_completed"] == EPOCHS
     assert [h["epoch"] for h in history] == list(range(1, EPOCHS + 1))
     assert saved["state_dict"] and all(v.isfinite().all() for v in saved["state_dict"].values())
 
-    # the MLflow run: name, tags, status
-    run = _run_named(project, variant)
+    # the MLflow runs: the seed run nested under the variant run; names, tags, status
+    run = _seed_run(project, variant)
     assert run.info.run_id == saved["run_id"]
     assert run.info.status == "FINISHED"
     tags = run.data.tags
     assert (tags["parallel"], tags["precision"], tags["diverged"]) == (parallel_name, precision_name, "false")
+    assert tags["seed"] == "0"
+    parent = _run_named(project, variant, "variant")
+    assert parent.info.run_id == saved["variant_run_id"]
+    assert parent.info.status == "FINISHED"
+    assert (parent.data.tags["parallel"], parent.data.tags["precision"]) == (parallel_name, precision_name)
+    assert parent.data.params["config_digest"] == saved["config_digest"]
+    # flat keys nowhere in MLflow: every metric sits in a section (the UI groups charts by it)
+    assert all("/" in key for key in run.data.metrics), sorted(run.data.metrics)
 
     # params
     params = run.data.params
@@ -166,7 +204,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     assert sorted(per_epoch_ips) == epochs
     assert all(per_epoch_ips[e] > 0 for e in epochs)
     ips = _history(project, run.info.run_id, "images_per_second")
-    assert list(ips) == [0]  # the summary only (epochs 2..N)
+    assert list(ips) == [EPOCHS]  # the summary only (epochs 2..N), at the last epoch's step
     grad_scale = _history(project, run.info.run_id, "grad_scale")
     skipped = _history(project, run.info.run_id, "skipped_steps")
     if precision_name == "autocast_gradscaler":
@@ -178,7 +216,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
                for v in _history(project, run.info.run_id, k).values())  # fmt: skip
 
     # summary metrics: logged once, equal to model.pt's result
-    assert ips[0] == pytest.approx(result["images_per_second"])
+    assert ips[EPOCHS] == pytest.approx(result["images_per_second"])
     for key in SUMMARY:
         values = _history(project, run.info.run_id, key)
         assert len(values) == 1, f"{key}: {values}"
@@ -186,7 +224,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
         assert result[key] > 0, key
     assert result["first_epoch_seconds"] == pytest.approx(history[0]["epoch_seconds"])
     assert result["train_seconds"] == pytest.approx(sum(h["epoch_seconds"] for h in history))
-    assert run.data.metrics["diverged"] == 0
+    assert _metric(run, "diverged") == 0
 
 
 def test_mlflow_run_shows_summary_images_per_second(trained: TrainedProject):
@@ -195,8 +233,8 @@ def test_mlflow_run_shows_summary_images_per_second(trained: TrainedProject):
     steady = [h["epoch_images_per_second"] for h in saved["history"][1:]]
     if len(steady) < 2 or steady[-1] == pytest.approx(saved["result"]["images_per_second"]):
         pytest.fail("precondition: the summary must differ from the last epoch's value")  # not an xfail
-    run = _run_named(trained.path, "single-fp32")
-    assert run.data.metrics["images_per_second"] == pytest.approx(saved["result"]["images_per_second"])
+    run = _seed_run(trained.path, "single-fp32")
+    assert _metric(run, "images_per_second") == pytest.approx(saved["result"]["images_per_second"])
 
 
 # --------------------------------------------------- 2. DDP (B/2 per rank) == one process (B)
@@ -352,15 +390,15 @@ def test_divergence_is_recorded_and_the_pipeline_goes_on(project: Path):
     assert result["diverged"] is True
     assert result["diverged_epoch"] >= 1 and result["diverged_step"] >= 0
     assert result["epochs_completed"] == result["diverged_epoch"] == len(saved["history"])
-    assert not (project / "models" / variant / "seed-0" / "checkpoint.pt").exists()
+    assert not (project / "checkpoints" / variant).exists()
 
-    run = _run_named(project, variant)
+    run = _seed_run(project, variant)
     assert run.info.run_id == saved["run_id"]
     assert run.info.status == "FINISHED"
     assert run.data.tags["diverged"] == "true"
-    assert run.data.metrics["diverged"] == 1
-    assert run.data.metrics["diverged_epoch"] == result["diverged_epoch"]
-    assert run.data.metrics["diverged_step"] == result["diverged_step"]
+    assert _metric(run, "diverged") == 1
+    assert _metric(run, "diverged_epoch") == result["diverged_epoch"]
+    assert _metric(run, "diverged_step") == result["diverged_step"]
     assert sorted(_history(project, run.info.run_id, "train_loss")) == list(
         range(1, result["diverged_epoch"] + 1)
     )
@@ -370,6 +408,8 @@ def test_divergence_is_recorded_and_the_pipeline_goes_on(project: Path):
     assert metrics["diverged_runs"] == 1
     assert metrics["seeds"][0]["diverged"] is True and metrics["seeds"][0]["run_id"] == saved["run_id"]
     assert mlflow_client(project).get_run(saved["run_id"]).info.status == "FINISHED"
+    variant_run = mlflow_client(project).get_run(saved["variant_run_id"])
+    assert variant_run.data.metrics["train/diverged_runs"] == 1  # the variant's row shows it too
 
 
 def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
@@ -392,6 +432,7 @@ def test_ddp_batch_not_divisible_by_world_size_fails_naming_the_key(project: Pat
     assert proc.returncode != 0
     assert "train.batch_size=21" in proc.stderr + proc.stdout
     assert not list((project / "models").glob("ddp-fp32/seed-*/model.pt"))
+    assert not (project / "checkpoints").exists()
     assert all(r.info.status != "RUNNING" for r in runs(project))
 
 
@@ -418,7 +459,7 @@ def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "launching" not in proc.stderr  # it did not start a second torchrun inside
     saved = _model_pt(project, "ddp-fp32")
-    run = _run_named(project, "ddp-fp32")
+    run = _seed_run(project, "ddp-fp32")
     assert run.info.run_id == saved["run_id"]
     assert run.data.params["world_size"] == "2"
     assert run.info.status == "FINISHED"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -17,11 +19,45 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written or is not a plain-weights file."""
 
 
-def save(obj: dict, path: Path) -> None:
+def temp_name(path: Path, kind: str = "tmp") -> str:
+    """`.<name>.<kind>-<pid>`: hidden, next to `path`, and naming its writer (see remove_stale_temps)."""
+    return f".{path.name}.{kind}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: Path, kind: str = "tmp") -> None:
+    """Remove the `temp_name(path, kind)*` files or folders of writers that died (kill -9).
+
+    A live writer's (another process's) temp is left alone, so two writers do not break each other;
+    a name without a pid (older versions' naming) counts as stale.
+    """
+    for stale in path.parent.glob(f".{path.name}.{kind}-*"):
+        pid = re.match(r"(\d+)(?:-|$)", stale.name.rsplit(f".{kind}-", 1)[1])
+        if pid and int(pid[1]) != os.getpid() and _alive(int(pid[1])):
+            continue
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def atomic_save(obj: object, path: Path) -> None:
+    """torch.save to a temp file beside `path`, fsync, rename, fsync the folder; raises OSError.
+
+    A reader sees the old file or the new one, never a torn one; a failed write leaves no temp file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a writer killed with -9
-        stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    remove_stale_temps(path)
+    tmp = path.with_name(temp_name(path))
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)
@@ -33,11 +69,16 @@ def save(obj: dict, path: Path) -> None:
             os.fsync(dir_fd)  # make the rename itself durable
         finally:
             os.close(dir_fd)
-    except BaseException as err:  # also Ctrl-C or a serializer error mid-write: no temp file left
+    except BaseException:  # also Ctrl-C or a serializer error mid-write: no temp file left
         tmp.unlink(missing_ok=True)
-        if not isinstance(err, OSError):
-            raise
-        hint = " (disk full: free space or move models/ elsewhere)" if err.errno == errno.ENOSPC else ""
+        raise
+
+
+def save(obj: dict, path: Path) -> None:
+    try:
+        atomic_save(obj, path)
+    except OSError as err:
+        hint = " (disk full: free space for checkpoints/ and models/)" if err.errno == errno.ENOSPC else ""
         raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}{hint}") from err
 
 

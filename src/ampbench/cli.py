@@ -129,9 +129,11 @@ def cmd_download(cfg, args, argv) -> int:
     from ampbench import data
 
     d = cfg.data
-    data.prepare(d.url, DATA_FILE, RAW_DIR, sha256=d.sha256, retries=d.retries, timeout_s=d.timeout_s,
-                 train_per_class=d.train_per_class, test_per_class=d.test_per_class)  # fmt: skip
-    SOURCE_FILE.write_text(json.dumps(_data_source(cfg), indent=1) + "\n")
+    summary = data.prepare(d.url, DATA_FILE, RAW_DIR, sha256=d.sha256, retries=d.retries,
+                           timeout_s=d.timeout_s, train_per_class=d.train_per_class,
+                           test_per_class=d.test_per_class)  # fmt: skip
+    made = {**_data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
+    SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n")
     return 0
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import re
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -23,6 +25,14 @@ PARALLELS = ("single", "dp", "ddp")
 AMP_DTYPES = ("auto", "float16", "bfloat16")
 LOADERS = ("device", "dataloader")
 SWITCHES = ("auto", "on", "off")
+VARIANT_AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
+# engine seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay below 2**64
+# (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31 leave room for
+# over 10**15 epochs. Seeds index repetitions of a run: 0 is the floor.
+SEED_LIMIT = 2**31
+# Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
+_TEXT_KEYS = ("data.sha256",)
+_SHA256_RULE = 'must be 64 hexadecimal characters or empty (all digits or a leading 0: quote it, "0123...")'
 
 
 class ConfigError(ValueError):
@@ -150,21 +160,34 @@ def _check_value(key: str, value: object, hint: object, problems: list[str]) -> 
         if not isinstance(value, bool):
             problems.append(f"{key}: expected true or false, got {value!r}")
         return value
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):  # YAML 1.1 reads `1e6` (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
+    if hint is float:
+        value = _as_float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            # inf passes every `> 0` check, then overflows timers or means "never" without a word
+            problems.append(f"{key}: expected a finite number, got {value!r}")
+            return value
+    if key in _TEXT_KEYS and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # YAML read an all-digit checksum as a number
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     return value
 
 
+def _as_float(value: object) -> object:
+    """Ints and numeric strings as float (YAML 1.1 reads `1e6`, without a dot, as a string)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _build(cls: type, raw: object, prefix: str, problems: list[str]):
     if not isinstance(raw, dict):
-        problems.append(f"{prefix}: expected a mapping, got {raw!r}")
+        problems.append(f"{prefix.rstrip('.') or 'params'}: expected a mapping, got {raw!r}")
         return cls()
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
@@ -196,6 +219,7 @@ def _ranges(cfg: Config) -> list[str]:
         ("train.label_smoothing", 0 <= t.label_smoothing < 1, "must be in [0, 1)"),
         ("train.warmup_fraction", 0 < t.warmup_fraction < 1, "must be in (0, 1)"),
         ("train.seeds", len(set(t.seeds)) == len(t.seeds), "must not repeat a seed"),
+        ("data.sha256", d.sha256 == "" or bool(re.fullmatch(r"[0-9a-fA-F]{64}", d.sha256)), _SHA256_RULE),
         ("train.amp_dtype", t.amp_dtype in AMP_DTYPES, f"must be one of {', '.join(AMP_DTYPES)}"),
         ("train.loader", t.loader in LOADERS, f"must be one of {', '.join(LOADERS)}"),
         ("train.workers", t.workers >= 0, "must be >= 0"),
@@ -220,7 +244,30 @@ def _ranges(cfg: Config) -> list[str]:
             f"must be one of {', '.join(SWITCHES)}",
         ),
     ]
-    return [f"{key}: {value!r} {why}" for key, ok, why in rules if not ok for value in [_get(cfg, key)]]
+    problems = [f"{key}: {value!r} {why}" for key, ok, why in rules if not ok for value in [_get(cfg, key)]]
+    return problems + _seed_ranges(t.seeds)
+
+
+def _seed_ranges(seeds: tuple[int, ...]) -> list[str]:
+    """Seeds the RNG arithmetic can take (see SEED_LIMIT); checked here, before any run exists."""
+    return [f"train.seeds: {s} must be in [0, {SEED_LIMIT - 1}]" for s in seeds if not 0 <= s < SEED_LIMIT]
+
+
+def _check_variants(raw: object, problems: list[str]) -> None:
+    """params.yaml's `variants:` section: DVC's matrix axes, not part of Config, but still checked."""
+    if not isinstance(raw, dict):
+        problems.append(f"variants: expected a mapping, got {raw!r}")
+        return
+    for key in raw:
+        if key not in VARIANT_AXES:
+            problems.append(f"variants.{key}: unknown key (known: {', '.join(VARIANT_AXES)})")
+    for axis, known in VARIANT_AXES.items():
+        values, names = raw.get(axis, list(known)), ", ".join(known)
+        if not isinstance(values, list) or not values:
+            problems.append(f"variants.{axis}: expected a non-empty list of {names}, got {values!r}")
+            continue
+        problems += [f"variants.{axis}: unknown {v!r} (known: {names})" for v in values if v not in known]
+        problems += [f"variants.{axis}: repeats {v!r}" for v in dict.fromkeys(values) if values.count(v) > 1]
 
 
 def _get(cfg: Config, dotted: str) -> object:
@@ -234,33 +281,61 @@ def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
         problems.append(f"--set {item!r}: expected section.key=value, e.g. train.epochs=1")
         return
     section, name = key.strip().split(".", 1)
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or type(err).__name__  # e.g. "expected ',' or ']'"
+        problems.append(
+            f"{key.strip()}: {text!r} is not valid YAML ({problem}); write a list as [0, 1], "
+            f"quote text that starts with @, `, [ or {{ (from --set {item!r} or a command-line option)"
+        )
+        return
     raw.setdefault(section, {})
     if isinstance(raw[section], dict):
-        raw[section][name] = yaml.safe_load(text) if text.strip() else ""
+        raw[section][name] = value
 
 
 def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
     """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = _read_params(path)
     problems: list[str] = []
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
-    raw.pop("variants", None)  # the DVC matrix axes, read by dvc.yaml only
     for item in overrides:
         _apply_override(raw, item, problems)
+    if "variants" in raw:  # the DVC matrix axes, read by dvc.yaml only: validated, then dropped
+        _check_variants(raw.pop("variants"), problems)
     cfg = _build(Config, raw, "", problems)
     problems += _ranges(cfg)  # every field is well typed here, so all problems come out together
     if problems:
         lines = "\n  ".join(problems)
         raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
     return cfg
+
+
+def _read_params(path: Path) -> dict:
+    """The parsed params file as a non-empty mapping, or a ConfigError saying what is wrong with it."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--params {path}: is a folder, not a file; pass the params.yaml in it") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--params {path}: not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r}); "
+            "save it as UTF-8 or pass the right file"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if raw is None or raw == {}:
+        # Running on code defaults would silently train the full study (and download CIFAR-10).
+        raise ConfigError(
+            f"{path}: holds no settings (empty or only comments); restore it, e.g. `git checkout {path.name}`"
+        )
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    return raw
 
 
 def replace(cfg: Config, **sections: dict) -> Config:

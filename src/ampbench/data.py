@@ -31,6 +31,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import torch
 from tqdm import tqdm
 
+from ampbench import checkpoint
+
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
 # torch._dynamo, seconds that every train and evaluate stage would pay just to load the data.
 
@@ -130,7 +132,8 @@ def _download(url: str, cache_dir: Path, sha256: str, attempts: int, timeout_s: 
 def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None:
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
     hashers, got = _hashers(url, sha256), 0
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=final.name + ".", suffix=".part")
+    _remove_stale(final, "part", legacy=f"{final.name}.*.part")
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=checkpoint.temp_name(final, "part") + "-")
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -176,7 +179,9 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically."""
     archive, dest = Path(archive), Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.extracting-"))
+    for kind in ("extracting", "old"):
+        _remove_stale(dest, kind)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "extracting") + "-"))
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -186,7 +191,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.old-"))
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "old") + "-"))
             os.replace(dest, old / dest.name)
             shutil.rmtree(old)
         os.replace(tmp, dest)
@@ -204,7 +209,26 @@ def _bundle(train_images, train_labels, test_images, test_labels, classes) -> di
         "test_images": test_images.contiguous(),
         "test_labels": torch.as_tensor(test_labels, dtype=torch.int64),
         "classes": [str(c) for c in classes],
+        "num_classes": len(classes),  # recorded: the file is called cifar10.pt whatever it holds
     }
+
+
+def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
+    """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
+    checkpoint.remove_stale_temps(path, kind)
+    for stale in path.parent.glob(legacy) if legacy else ():
+        stale.unlink(missing_ok=True)
+
+
+def _warn_class_count(root: Path, classes) -> None:
+    """An ImageFolder that is not 10 classes is trained as is; say so, so that nobody compares it
+    with CIFAR-10 results by mistake (a class folder lost or added while copying, say)."""
+    if len(classes) != len(CIFAR10_CLASSES):
+        log.warning(
+            "%s holds %d classes, not CIFAR-10's %d: %s; the prepared file holds these %d classes "
+            "(fix data.url if that is not what you meant)",
+            root, len(classes), len(CIFAR10_CLASSES), ", ".join(classes), len(classes),
+        )  # fmt: skip
 
 
 def load_cifar_python(root: Path) -> dict:
@@ -265,6 +289,7 @@ def load_image_folder(root: Path) -> dict:
             f"{sorted(train_classes)}, test has {sorted(test_classes)}"
         )
     classes = CIFAR10_CLASSES if train_classes == set(CIFAR10_CLASSES) else sorted(train_classes)
+    _warn_class_count(root, classes)
     class_to_idx = {name: i for i, name in enumerate(classes)}
     train_images, train_labels = _decode_split(root / "train", class_to_idx)
     test_images, test_labels = _decode_split(root / "test", class_to_idx)
@@ -340,18 +365,17 @@ def prepare(
 
 
 def save_dataset(ds: dict, path: Path) -> None:
-    """torch.save to a temp file in the same folder, fsync, then rename into place."""
+    """Atomically (checkpoint.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    for legacy in path.parent.glob(f"{path.name}.*.tmp"):  # older versions' temps (no pid in the name)
+        legacy.unlink(missing_ok=True)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(ds, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        checkpoint.atomic_save(ds, path)  # removes its own stale temps of dead writers first
+    except OSError as exc:
+        raise DataError(
+            f"could not write {path}: {exc.strerror}; check the free space and permissions of "
+            f"{path.parent}, then re-run `ampbench download`"
+        ) from exc
 
 
 def load_dataset(path: Path, device: torch.device | str | None = None) -> dict:

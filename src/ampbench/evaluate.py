@@ -38,10 +38,34 @@ TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak
               "cuda_graph_used", "epochs_completed")  # fmt: skip
 
 
+class ModelFileError(ValueError):
+    """A model file that cannot be evaluated as this stage's variant and seed; says what to do."""
+
+
+def _retrain_hint(path: Path) -> str:
+    variant = path.parent.parent.name  # models/<variant>/seed-<s>/model.pt
+    parallel_name, _, precision_name = variant.partition("-")
+    return (f"delete {path} and re-train: `dvc repro -f train@{variant}` or "
+            f"`ampbench train --parallel {parallel_name} --precision {precision_name}`")  # fmt: skip
+
+
+def _build_model(saved: dict, path: Path) -> torch.nn.Module:
+    """The AlexNet the file's own config describes, with its weights; a clear error if they disagree."""
+    try:
+        model = AlexNet(ModelConfig(**saved["config"]["model"]), len(saved["classes"]))
+        model.load_state_dict(saved["state_dict"])
+    except (KeyError, TypeError, RuntimeError) as err:  # missing keys, unknown config keys, shapes
+        detail = " ".join(str(err).split())[:400]
+        raise ModelFileError(
+            f"{path}: its weights do not match the model config stored with them ({type(err).__name__}: "
+            f"{detail}); the file is damaged or was edited. {_retrain_hint(path)}"
+        ) from None
+    return model
+
+
 def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
     saved = checkpoint.load(path)
-    model = AlexNet(ModelConfig(**saved["config"]["model"]), len(saved["classes"]))
-    model.load_state_dict(saved["state_dict"])
+    model = _build_model(saved, path)
     model.to(device)
     precision.apply(
         precision.PRECISIONS[precision_name], model, device, saved["config"]["train"]["amp_dtype"]
@@ -111,6 +135,7 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
         if not path.exists():
             raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
+        _check_model_file(saved, variant, seed, path, tracker)
         flip = saved["config"]["train"]["eval_flip"]
         preds = predict(model, images, flip).cpu()
         metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
@@ -189,6 +214,34 @@ class _active_run:
 
         mlflow.end_run()
         self.tracker.end(self.run_id, self.status)
+
+
+def _check_model_file(saved: dict, variant: str, seed: int, path: Path, tracker) -> None:
+    """Refuse a model whose results would be filed wrongly: another variant/seed, or a foreign run."""
+    found = (saved.get("variant"), saved.get("seed"))
+    if found != (variant, seed):  # e.g. copied from another variant's folder
+        raise ModelFileError(
+            f"{path} holds the model of {found[0]!r} seed {found[1]!r}, but this stage evaluates "
+            f"{variant!r} seed {seed}: its results (and MLflow run {saved.get('run_id')}) would be filed "
+            f"under the wrong variant. Put the right file back, or {_retrain_hint(path)}"
+        )
+    if tracker is not None:
+        _check_run_in_store(tracker, saved.get("run_id"), path)
+
+
+def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tracker.client.get_run(run_id)
+    except MlflowException as err:
+        if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise  # the store itself failed: not this file's fault
+        raise ModelFileError(
+            f"{path} was trained in MLflow run {run_id}, which is not in the tracking store "
+            f"{tracker.uri}. Point MLFLOW_TRACKING_URI at the store the model was trained with "
+            f"(unset it for the repo's mlflow.db), or {_retrain_hint(path)}"
+        ) from None
 
 
 def _mean_std(per_seed: list[dict]) -> dict:

@@ -60,10 +60,10 @@ def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
             run_ids.append(checkpoint.load(ckpt)["run_id"])
         except Exception:  # a checkpoint we cannot read names no run
             continue
-    for run_file in sorted(variant_dir.glob("seed-*/run.json")):
+    for run_file in sorted([*variant_dir.glob("seed-*/run.json"), variant_dir / "variant.json"]):
         try:
             run_ids.append(json.loads(run_file.read_text())["run_id"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError):  # missing, or torn by the crash
             continue
     if run_ids:
         Tracker.from_config(cfg).mark_failed_if_running(run_ids)

@@ -22,6 +22,7 @@ Metric names carry a section before the last ``/`` (``test/accuracy``, ``train/l
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import platform
@@ -103,12 +104,55 @@ def ui_base(uri: str) -> str:
 
 
 def runs_link(uri: str, experiment_id: str) -> str:
-    """A link that opens the experiment's training runs, not the GenAI overview.
+    """A link that opens the experiment's training runs as charts, not the GenAI overview.
 
     The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
     inside the hash selects the training view and the UI remembers it.
     """
-    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    query = "workflowType=machine_learning&compareRunsMode=CHART"
+    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database
+    return Path(database) if database and database != ":memory:" else None
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Exclusive flock on `<db>.lock` beside a sqlite store; no-op for any other store.
+
+    Two processes opening a new store both run MLflow's schema migration (and both create the
+    experiment): `duplicate column`, `_alembic_tmp_* already exists`, a store broken for good.
+    """
+    db = _sqlite_file(uri)
+    if db is None:
+        yield
+        return
+    lock = db.with_name(db.name + ".lock")
+    try:
+        handle = open(lock, "a")  # noqa: SIM115 (closed by the `with handle` below)
+    except OSError as err:
+        raise TrackingError(
+            f"cannot create lock file {lock} for MLflow store {uri}: {err.strerror}; make its folder "
+            "exist and writable, or fix MLFLOW_TRACKING_URI"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if we are killed
+        yield
+
+
+def ensure_store(uri: str):
+    """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time."""
+    from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
+
+    with store_lock(uri):
+        return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
 
 
 @contextmanager
@@ -160,12 +204,10 @@ class Tracker:
     """
 
     def __init__(self, experiment: str, preflight_timeout_s: float = 5.0, request_timeout_s: float = 10.0):
-        from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
-
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(request_timeout_s))))
         self.uri = tracking_uri()
-        self.client = MlflowClient(self.uri)
+        self.client = ensure_store(self.uri)
         self.experiment = experiment
         self.timeout = preflight_timeout_s
         self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
@@ -179,7 +221,7 @@ class Tracker:
     def preflight(self) -> None:
         """Fail fast, before any training, if the store cannot be reached."""
         try:
-            with _http_limits(self.timeout, retries=0):
+            with _http_limits(self.timeout, retries=0), store_lock(self.uri):  # one creates the experiment
                 self.experiment_id()
         except Exception as err:
             raise TrackingError(

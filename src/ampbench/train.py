@@ -87,12 +87,28 @@ def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -
             log.warning("discarding %s (written by another configuration): --fresh", ckpt)
             ckpt.unlink(missing_ok=True)
         return None
-    raise ResumeError(
+    raise _foreign(ckpt, state, variant, digest)
+
+
+def _foreign(ckpt: Path, state: dict, variant: str, digest: str) -> ResumeError:
+    return ResumeError(
         f"{ckpt} was written by variant {state.get('variant')!r} with config "
         f"{state.get('config_digest')}, but this run is {variant!r} with config {digest}. "
         "Resuming would mix two experiments. Restore the old params to resume, or pass "
         "--fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
     )
+
+
+def _refuse_foreign_checkpoints(work: Path, cfg: Config, variant: str, fresh: bool) -> None:
+    """Before any run is created: a checkpoint of another configuration stops the stage."""
+    if fresh:
+        return
+    digest = cfg.digest()
+    for seed in cfg.train.seeds:
+        ckpt = work / f"seed-{seed}" / "checkpoint.pt"
+        state = checkpoint.load(ckpt) if ckpt.exists() else None
+        if state and (state.get("config_digest"), state.get("variant")) != (digest, variant):
+            raise _foreign(ckpt, state, variant, digest)
 
 
 def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_dir: Path,
@@ -109,28 +125,41 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         loader.check_batch(cfg.train.batch_size, dataset)
         tf32 = precision.disable_tf32()
         work = work_dir / variant
+        _refuse_foreign_checkpoints(work, cfg, variant, fresh)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
         if strategy.is_main:
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
             stage = _Stage(tracker, _variant_run(tracker, work, variant, cfg), data_file, cfg)
             log.info("%s: MLflow runs at %s", variant, tracker.link())
-        results = []
-        prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
-        for seed in cfg.train.seeds:
-            job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed,
-                             work / f"seed-{seed}" / "checkpoint.pt", stop or (lambda: False))  # fmt: skip
-            job.progress = prog
-            extra = {"per_process_batch": per_process, **tf32}
-            results.append(_train_one(job, variant, stage, extra, fresh))
-        prog.close()
-        if strategy.is_main:
-            _publish(work, models_dir / variant, cfg.train.seeds)
-            if stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
-                stage.tracker.end(stage.variant_run_id, "FINISHED")
+        try:
+            results = []
+            prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
+            for seed in cfg.train.seeds:
+                ckpt = work / f"seed-{seed}" / "checkpoint.pt"
+                job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed, ckpt,
+                                 stop or (lambda: False))  # fmt: skip
+                job.progress = prog
+                extra = {"per_process_batch": per_process, **tf32}
+                results.append(_train_one(job, variant, stage, extra, fresh))
+            prog.close()
+            if strategy.is_main:
+                _publish(work, models_dir / variant, cfg.train.seeds)
+        except BaseException as err:
+            # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
+            _end_variant_run(
+                stage, "KILLED" if isinstance(err, (engine.Stopped, KeyboardInterrupt)) else "FAILED"
+            )
+            raise
+        _end_variant_run(stage, "FINISHED")
         return results if strategy.is_main else []
     finally:
         strategy.teardown()
+
+
+def _end_variant_run(stage: _Stage | None, status: str) -> None:
+    if stage and stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
+        stage.tracker.end_quietly(stage.variant_run_id, status)
 
 
 class _Stage:
