@@ -6,6 +6,7 @@
     ampbench compare
     ampbench variant --precision autocast   # download if needed, train, evaluate (MLproject)
     ampbench bench --variants single-fp32,single-autocast
+    ampbench estimate                       # how long the whole study takes on this CPU
 
 Every stage reads params.yaml (``--params``) and accepts ``--set section.key=value`` overrides;
 the whole configuration is validated before anything runs.
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
     v.add_argument("--seeds", default="", help="override train.seeds, e.g. 0,1 (empty: params.yaml)")
     v.add_argument("--data-url", default="", help="override data.url (empty: params.yaml)")
+    e = sub.add_parser("estimate", parents=[common],
+                       help="time a few steps of the real model, estimate the whole study")  # fmt: skip
+    e.add_argument("--force", action="store_true", help="estimate on the CPU even when CUDA is present")
     b = sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
     b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
@@ -211,7 +215,7 @@ def cmd_compare(cfg, args, argv) -> int:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
     tracker = tracking.Tracker.from_config(cfg)
     tracker.preflight()
-    rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR)
+    rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR, compare.subset_notice(cfg))
     print((REPORTS_DIR / "comparison.md").read_text())
     # The comparison's numbers go to each variant's run (its row in the UI); the compare run holds
     # the table and chart only, so it adds no charts beside the training runs'.
@@ -254,5 +258,13 @@ def cmd_bench(cfg, args, argv) -> int:
     return 0
 
 
+def cmd_estimate(cfg, args, argv) -> int:
+    from ampbench import progress
+
+    progress.preflight(cfg, args.params, force=args.force)
+    return 0
+
+
 COMMANDS = {"download": cmd_download, "train": cmd_train, "evaluate": cmd_evaluate,
-            "compare": cmd_compare, "variant": cmd_variant, "bench": cmd_bench}  # fmt: skip
+            "compare": cmd_compare, "variant": cmd_variant, "bench": cmd_bench,
+            "estimate": cmd_estimate}  # fmt: skip

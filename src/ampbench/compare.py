@@ -79,7 +79,7 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def to_markdown(rows: list[dict]) -> str:
+def to_markdown(rows: list[dict], notice: str = "") -> str:
     head = ("| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
             "| train s | images/s | speed-up | peak MB | devices | amp dtype |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -100,7 +100,8 @@ def to_markdown(rows: list[dict]) -> str:
             f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
             "Diverged runs are counted in their variant and included in its means. Peak MB: device "
             "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU.\n")  # fmt: skip
-    return "# Comparison of the variants\n\n" + "\n".join(lines) + "\n" + note
+    title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
+    return title + "\n".join(lines) + "\n" + note
 
 
 def chart(rows: list[dict], path: Path) -> None:
@@ -127,7 +128,7 @@ def chart(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def compare(metrics_dir: Path, variants: list[str], out_dir: Path) -> list[dict]:
+def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "") -> list[dict]:
     records = {}
     for v in variants:
         f = metrics_dir / f"{v}.json"
@@ -136,7 +137,7 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path) -> list[dict]
         records[v] = json.loads(f.read_text())
     rows = summarize(records)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "comparison.md").write_text(to_markdown(rows))
+    (out_dir / "comparison.md").write_text(to_markdown(rows, notice))
     with open(out_dir / "comparison.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
@@ -144,6 +145,23 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path) -> list[dict]
     chart(rows, out_dir / "comparison.png")
     (out_dir / "summary.json").write_text(json.dumps(summary_metrics(rows), indent=1) + "\n")
     return rows
+
+
+def subset_notice(cfg) -> str:
+    """The comparison's first words when it was made on a subset (the quick study): say so plainly."""
+    d, t = cfg.data, cfg.train
+    if not (d.train_per_class or d.test_per_class):
+        return ""
+    train = f"{d.train_per_class} of 5,000" if d.train_per_class else "all 5,000"
+    test = f"{d.test_per_class} of 1,000" if d.test_per_class else "all 1,000"
+    return (
+        f"> **DEMO ON A SUBSET, NOT THE STUDY'S RESULT.** Quick study (`{cfg.tracking.experiment}`): "
+        f"{train} train and {test} test images per class, {t.epochs} epoch(s), batch {t.batch_size}, "
+        f"seeds {', '.join(map(str, t.seeds))}, model FC width {cfg.model.fc_dim}. It shows the "
+        "pipeline end to end (download, nine trains, nine evaluations, this comparison, MLflow); its "
+        "accuracies, speeds and significance tests say nothing about what mixed precision or data "
+        "parallelism buy. The study itself: `make run`."
+    )
 
 
 def summary_metrics(rows: list[dict]) -> dict:

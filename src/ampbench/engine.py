@@ -49,6 +49,7 @@ class Job:
     seed: int
     checkpoint_path: Path
     stop_requested: Callable[[], bool] = lambda: False
+    progress: object | None = None  # progress.StageProgress: stage bar and time estimates
 
 
 class NullHooks:
@@ -242,6 +243,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             )  # fmt: skip
 
     last_save = time.perf_counter()
+    if job.progress:
+        job.progress.start_seed(job.seed, state["epoch"], state["step"])
     for epoch in range(state["epoch"], t.epochs):
         first = state["step"] if epoch == state["epoch"] else 0
         torch.manual_seed((job.seed * 100_003 + epoch) * 4099 + strategy.rank)  # dropout, per rank
@@ -262,6 +265,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         for i, (images, labels) in enumerate(bar, start=first):
             step(images, labels)
             sched.step()
+            if job.progress:
+                job.progress.step(device)
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == len(batches)
             if check and strategy.any(job.stop_requested()):
@@ -307,6 +312,8 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         if not last and time.perf_counter() - last_save >= t.checkpoint_every_s:
             save(epoch + 1, 0, None)
             last_save = time.perf_counter()
+        if job.progress:
+            job.progress.epoch_done(device)
         if diverged:
             break
     hist = state["history"]

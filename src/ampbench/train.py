@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ampbench import checkpoint, data, engine, loader, parallel, precision
+from ampbench import checkpoint, data, engine, loader, parallel, precision, progress
 from ampbench.config import Config
 from ampbench.tracking import KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
 
@@ -134,12 +134,15 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
             log.info("%s: MLflow runs at %s", variant, tracker.link())
         try:
             results = []
+            prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
             for seed in cfg.train.seeds:
                 ckpt = work / f"seed-{seed}" / "checkpoint.pt"
                 job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed, ckpt,
                                  stop or (lambda: False))  # fmt: skip
+                job.progress = prog
                 extra = {"per_process_batch": per_process, **tf32}
                 results.append(_train_one(job, variant, stage, extra, fresh))
+            prog.close()
             if strategy.is_main:
                 _publish(work, models_dir / variant, cfg.train.seeds)
         except BaseException as err:

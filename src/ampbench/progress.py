@@ -1,0 +1,351 @@
+"""Honest time estimates and a progress bar over a train stage's whole work.
+
+``StageProgress`` is created by ``train.train_variant`` (one per train stage) and told about every
+step by ``engine.train_seed``. It draws a bar over the stage's work (seeds x epochs x steps)
+beside the per-epoch bar, times the first steps (after the warm-up, two device syncs in all), and
+then logs, on rank 0 only:
+
+- the expected wall time of this stage (elapsed since the process started + the remaining steps
+  at the measured step time + the per-epoch evaluations + the per-seed setup it saw),
+- the time the whole study still needs on this machine: the remaining steps of every variant
+  and seed in ``params.yaml`` (finished models count as done) at the measured speed, plus the
+  evaluate and compare stages,
+- and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
+
+``measure_step_seconds`` and ``preflight`` serve ``ampbench estimate``: a few steps of the real
+model on random tensors (no dataset needed), before ``make run`` starts on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from ampbench.config import PARALLELS, PRECISIONS, Config
+
+log = logging.getLogger(__name__)
+
+CIFAR_TRAIN_PER_CLASS, CIFAR_TEST_PER_CLASS, CIFAR_CLASSES = 5000, 1000, 10
+# A forward pass costs about a third of a training step (forward + backward + update), per image.
+FORWARD_SHARE = 1 / 3
+LONG_ON_CPU_S = 30 * 60  # a study longer than this on a CPU gets the `make demo` hint
+DEMO_HINT = ("This is long for a CPU. The quick study runs the same pipeline (nine variants, "
+             "evaluation, comparison, MLflow) on a subset in a few minutes: `make demo`.")  # fmt: skip
+
+
+def process_seconds() -> float:
+    """Wall time since this process started (Linux /proc; elsewhere since this module loaded)."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _LOADED
+
+
+_LOADED = time.monotonic()
+
+
+def fmt_duration(seconds: float) -> str:
+    """3 s, 4 min 10 s, 2 h 05 min, 3 d 4 h."""
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
+    """The variants dvc.yaml's matrix builds from params.yaml (all nine if it says nothing)."""
+    try:
+        axes = (yaml.safe_load(Path(params_file).read_text()) or {}).get("variants") or {}
+    except (OSError, yaml.YAMLError):
+        axes = {}
+    return [f"{p}-{q}" for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)]
+
+
+def dataset_sizes(cfg: Config) -> tuple[int, int]:
+    """Train and test images the configured (sub)set of CIFAR-10 holds."""
+    d = cfg.data
+    return ((d.train_per_class or CIFAR_TRAIN_PER_CLASS) * CIFAR_CLASSES,
+            (d.test_per_class or CIFAR_TEST_PER_CLASS) * CIFAR_CLASSES)  # fmt: skip
+
+
+def eval_steps(cfg: Config, n_test: int) -> float:
+    """One test-set evaluation in units of training steps (forward only, twice with flip)."""
+    return n_test * (2 if cfg.train.eval_flip else 1) * FORWARD_SHARE / cfg.train.batch_size
+
+
+def seed_steps(cfg: Config, steps_per_epoch: int, n_test: int, epoch: int = 0, step: int = 0) -> float:
+    """Training steps plus evaluations (in step units) one seed still needs from (epoch, step)."""
+    t = cfg.train
+    train = (t.epochs - epoch) * steps_per_epoch - step
+    evals = (t.epochs - epoch) if t.eval_each_epoch else 1
+    return max(0.0, train + evals * eval_steps(cfg, n_test))
+
+
+def _saved_position(path: Path, digest: str) -> tuple[int, int] | None:
+    """(epoch, step) of a model.pt (done: epochs) or checkpoint.pt of this config, else None."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None
+    if saved.get("config_digest") != digest:
+        return None
+    if "state_dict" in saved:  # a finished model
+        return (10**9, 0)
+    return int(saved.get("epoch", 0)), int(saved.get("step", 0))
+
+
+def remaining_seed_steps(cfg: Config, variant: str, seed: int, steps_per_epoch: int, n_test: int,
+                         models_dir: Path, work_dir: Path) -> float:  # fmt: skip
+    """What one variant's seed still needs, judged from the models and checkpoints on disk."""
+    digest = cfg.digest()
+    for path in (models_dir / variant / f"seed-{seed}" / "model.pt",
+                 work_dir / variant / f"seed-{seed}" / "model.pt",
+                 work_dir / variant / f"seed-{seed}" / "checkpoint.pt"):  # fmt: skip
+        if path.exists():
+            pos = _saved_position(path, digest)
+            if pos is not None:
+                if pos[0] >= cfg.train.epochs:
+                    return 0.0
+                return seed_steps(cfg, steps_per_epoch, n_test, *pos)
+    return seed_steps(cfg, steps_per_epoch, n_test)
+
+
+class StageProgress:
+    """One train stage's progress bar, step timing and time estimates (quiet on ranks > 0)."""
+
+    def __init__(self, cfg: Config, variant: str, steps_per_epoch: int, n_test: int, device_type: str,
+                 enabled: bool = True, warmup_steps: int = 2, min_timed_s: float = 1.0,
+                 min_timed_steps: int = 3, models_dir: Path = Path("models"),
+                 work_dir: Path = Path("checkpoints"),
+                 params_file: str | Path = "params.yaml") -> None:  # fmt: skip
+        self.cfg, self.variant, self.spe, self.n_test = cfg, variant, steps_per_epoch, n_test
+        self.device_type, self.enabled = device_type, enabled
+        self.seeds = list(cfg.train.seeds)
+        self.warmup_steps, self.min_timed_s, self.min_timed_steps = warmup_steps, min_timed_s, min_timed_steps
+        self.models_dir, self.work_dir, self.params_file = models_dir, work_dir, params_file
+        self.per_seed = cfg.train.epochs * steps_per_epoch
+        self.created = time.perf_counter()
+        self.startup_s = process_seconds()  # imports, data loading, tracking preflight
+        self.seed_setup_s: float | None = None
+        self.step_s: float | None = None
+        self.estimate: dict | None = None
+        self.seed = self.epoch = self.step_in_epoch = 0
+        self._calls = 0
+        self._t0 = None
+        self._epoch_t0 = None
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(self.seeds) * self.per_seed, desc=f"{variant} (all seeds)",
+                            unit="step", position=0, dynamic_ncols=True, disable=None)  # fmt: skip
+
+    # --- called by engine.train_seed -------------------------------------------------------
+    def start_seed(self, seed: int, epoch: int = 0, step: int = 0) -> None:
+        """A seed starts (or resumes at epoch/step): the stage bar jumps to its place."""
+        self.seed, self.epoch, self.step_in_epoch = seed, epoch, step
+        self._calls = 0  # time the first steps of this seed's model, not the previous one's
+        if self.seed_setup_s is None:
+            self.seed_setup_s = time.perf_counter() - self.created
+        self._epoch_t0 = time.perf_counter()
+        if self.bar is not None:
+            done = self.seeds.index(seed) * self.per_seed + epoch * self.spe + step
+            self.bar.n = done
+            self.bar.refresh()
+
+    def step(self, device: torch.device | None = None) -> None:
+        """One training step is done (its kernels may still run: syncs only to time the window)."""
+        self.step_in_epoch += 1
+        if self.bar is not None:
+            self.bar.update()
+        if self.step_s is not None:
+            return
+        self._calls += 1
+        if self._calls == self.warmup_steps:
+            _sync(device)
+            self._t0, self._timed = time.perf_counter(), 0
+        elif self._calls > self.warmup_steps:
+            self._timed += 1
+            elapsed = time.perf_counter() - self._t0
+            if self._timed >= self.min_timed_steps and elapsed >= self.min_timed_s:
+                _sync(device)
+                self.step_s = (time.perf_counter() - self._t0) / self._timed
+                self.report()
+
+    def epoch_done(self, device: torch.device | None = None) -> None:
+        """An epoch ended (after evaluation and checkpoint). Estimates now if the epoch was short."""
+        now = time.perf_counter()
+        if self.step_s is None and self._calls:
+            # Fewer steps than the timing window: the whole epoch (evaluation included) is the
+            # measurement, the per-epoch evaluation then needs no modelling.
+            self.step_s = (now - self._epoch_t0) / (self._calls + self._evals())
+            self.report()
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        self._epoch_t0 = now
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    # --- estimates ---------------------------------------------------------------------------
+    def _evals(self) -> float:
+        return eval_steps(self.cfg, self.n_test) if self.cfg.train.eval_each_epoch else 0.0
+
+    def stage_left_s(self) -> float:
+        cfg, later = self.cfg, self.seeds[self.seeds.index(self.seed) + 1 :]
+        steps = seed_steps(cfg, self.spe, self.n_test, self.epoch, self.step_in_epoch)
+        steps += len(later) * seed_steps(cfg, self.spe, self.n_test)
+        return steps * self.step_s + len(later) * (self.seed_setup_s or 0.0)
+
+    def study_left_s(self, stage_left: float) -> tuple[float, int]:
+        """Seconds the rest of the study needs after this stage, and how many variants it counts."""
+        cfg, total, others = self.cfg, 0.0, 0
+        for variant in study_variants(self.params_file):
+            if variant == self.variant:
+                continue
+            steps = sum(remaining_seed_steps(cfg, variant, s, self.spe, self.n_test, self.models_dir,
+                                             self.work_dir) for s in self.seeds)  # fmt: skip
+            if steps:
+                others += 1
+                total += steps * self.step_s + len(self.seeds) * (self.seed_setup_s or 0.0)
+                total += self.startup_s  # the stage's own start: imports, data, tracking
+        # evaluate (startup + one test pass per seed) and compare stages of every variant
+        n_variants = len(study_variants(self.params_file))
+        per_eval = self.startup_s + len(self.seeds) * eval_steps(self.cfg, self.n_test) * self.step_s
+        return total + n_variants * per_eval + self.startup_s, others
+
+    def report(self) -> dict:
+        """Log the stage and study estimates once the step time is known (rank 0)."""
+        elapsed = process_seconds()
+        stage_left = self.stage_left_s()
+        study_left, others = self.study_left_s(stage_left)
+        self.estimate = {"step_seconds": self.step_s, "stage_seconds": elapsed + stage_left,
+                         "stage_left_seconds": stage_left,
+                         "study_left_seconds": stage_left + study_left}  # fmt: skip
+        if not self.enabled:
+            return self.estimate
+        t = self.cfg.train
+        log.info(
+            "%s: %.3f s per step of %d images on %s (measured after the warm-up). Expected time of "
+            "this stage (%d seed(s) x %d epochs x %d steps): %s in all, %s left. The whole study "
+            "still needs about %s on this machine (this stage, %d other unfinished variant(s) of "
+            "%d, their evaluations and the comparison), assuming the other variants run at this "
+            "one's speed.",
+            self.variant, self.step_s, t.batch_size, self.device_type, len(self.seeds), t.epochs,
+            self.spe, fmt_duration(elapsed + stage_left), fmt_duration(stage_left),
+            fmt_duration(stage_left + study_left), others, len(study_variants(self.params_file)),
+        )  # fmt: skip
+        if self.device_type == "cpu" and stage_left + study_left > LONG_ON_CPU_S:
+            note = ""
+            if self.variant.endswith("fp32"):
+                note = (" On CPUs without native bfloat16 (AVX2 only) the autocast variants run "
+                        "several times slower than fp32: `ampbench estimate` measures both.")  # fmt: skip
+            log.warning("%s%s", DEMO_HINT, note)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"stage ~{fmt_duration(elapsed + stage_left)}", refresh=True)
+        return self.estimate
+
+
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --- `ampbench estimate`: before the study starts ------------------------------------------------
+def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: int = 2,
+                         warmup: int = 1, device: str = "cpu") -> float:  # fmt: skip
+    """Seconds per training step of the configured model, on random uint8 images of CIFAR's shape."""
+    from ampbench import precision
+    from ampbench.model import AlexNet
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = AlexNet(cfg.model, CIFAR_CLASSES).to(dev)
+    scaler, _ = precision.apply(precision.PRECISIONS[precision_name], model, dev, cfg.train.amp_dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=cfg.train.momentum, nesterov=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=dev)
+    labels = torch.randint(0, CIFAR_CLASSES, (batch,), device=dev)
+
+    def one() -> None:
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss_fn(model(images), labels)).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    for _ in range(warmup):
+        one()
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one()
+    _sync(dev)
+    return (time.perf_counter() - t0) / steps
+
+
+def preflight(cfg: Config, params_file: str | Path = "params.yaml", probe_batch: int = 8,
+              force: bool = False) -> dict | None:  # fmt: skip
+    """Estimate the whole study on this CPU from a few timed steps; None when CUDA is present."""
+    if torch.cuda.is_available() and not force:
+        print("CUDA is available: every train stage logs its expected time after its first steps.")
+        return None
+    t0 = time.perf_counter()
+    n_train, n_test = dataset_sizes(cfg)
+    batch = cfg.train.batch_size
+    spe = n_train // batch
+    variants = study_variants(params_file)
+    seeds = len(cfg.train.seeds)
+    per_image = {}
+    for name in sorted({v.split("-", 1)[1] for v in variants}, key=PRECISIONS.index):
+        if name == "autocast_gradscaler" and "autocast" in per_image:
+            per_image[name] = per_image["autocast"]  # same kernels; the scaler adds little
+            continue
+        # fp32 at the real batch (a few seconds); autocast at a small batch, scaled: on a CPU
+        # without native bfloat16 one real-batch step can take minutes.
+        b = batch if name == "fp32" else min(batch, probe_batch)
+        per_image[name] = measure_step_seconds(cfg, name, b, steps=1) / b
+    per_seed = seed_steps(cfg, spe, n_test)
+    total = sum(per_seed * seeds * per_image[v.split("-", 1)[1]] * batch for v in variants)
+    by_precision = ", ".join(f"{k} {v * batch:.2f} s" for k, v in per_image.items())
+    lines = [
+        f"No CUDA: this is the full study on a CPU: {len(variants)} variants x {seeds} seeds x "
+        f"{cfg.train.epochs} epochs x {spe} steps of {batch} images.",
+        f"Measured here (a few steps of the real model, {time.perf_counter() - t0:.0f} s): "
+        f"{by_precision} per step"
+        + (
+            f" (autocast timed at a batch of {min(batch, probe_batch)} and scaled: rough)."
+            if len(per_image) > 1 or "fp32" not in per_image
+            else "."
+        ),
+        f"Expected time of the study on this machine: about {fmt_duration(total)} "
+        "(each train stage logs a measured estimate after its first steps).",
+    ]
+    if total > LONG_ON_CPU_S:
+        lines.append(DEMO_HINT)
+    print("\n".join(lines), flush=True)
+    return {"study_seconds": total, "step_seconds": {k: v * batch for k, v in per_image.items()}}
+
+
+def for_stage(cfg: Config, variant: str, dataset: dict, strategy, models_dir: Path,
+              work_dir: Path) -> StageProgress:  # fmt: skip
+    """The StageProgress of one train stage (what train.train_variant builds before its seeds)."""
+    steps_per_epoch = len(dataset["train_labels"]) // cfg.train.batch_size
+    # CUDA graphs: eager warm-up steps, then the capture; CPU: the first steps allocate.
+    warmup = getattr(strategy, "graph_warmup_steps", 0) + 2 if strategy.device.type == "cuda" else 2
+    return StageProgress(cfg, variant, steps_per_epoch, len(dataset["test_labels"]), strategy.device.type,
+                         enabled=strategy.is_main, warmup_steps=warmup, models_dir=models_dir,
+                         work_dir=work_dir)  # fmt: skip

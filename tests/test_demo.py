@@ -1,0 +1,108 @@
+"""The quick study, `make demo DATA=...`, end to end on CPU in a copy of the project: nine trained
+variants, nine metrics files, a comparison that says it is a demo on a subset, the runs in
+`cifar10-amp-demo` and none in `cifar10-amp`, and the real study's outputs untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from conftest import REPO, clean_env, make_dataset, mlflow_client
+
+VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
+BIN = Path(sys.executable).parent
+STUDY_FILES = ("data/prepared/cifar10.pt", "models/single-fp32/seed-0/model.pt",
+               "reports/metrics/single-fp32.json", "reports/comparison.md")  # fmt: skip
+
+
+def test_demo_runs_the_same_pipeline():
+    """demo/dvc.yaml is the study's dvc.yaml (make demo re-syncs it; CI catches a forgotten copy)."""
+    assert (REPO / "demo" / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
+    assert (REPO / "demo" / "src").resolve() == (REPO / "src").resolve()
+    demo = yaml.safe_load((REPO / "demo" / "params.yaml").read_text())
+    assert demo["tracking"]["experiment"] != "cifar10-amp"
+    assert demo["data"]["train_per_class"] > 0 and demo["data"]["test_per_class"] > 0
+
+
+def _archive(dest: Path, train_per_class: int, test_per_class: int) -> Path:
+    ds = make_dataset(n_train_per_class=train_per_class, n_test_per_class=test_per_class)
+    root = dest / "imagefolder"
+    for split in ("train", "test"):
+        for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
+            folder = root / split / ds["classes"][int(label)]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(folder / f"{i:04d}.png")
+    archive = dest / "mirror.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root / "train", "train")
+        tar.add(root / "test", "test")
+    return archive
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_make_demo_end_to_end(tmp_path: Path):
+    proj = tmp_path / "proj"
+    skip = (".venv", ".git", "data", "models", "reports", "checkpoints", "mlflow.db", "mlruns", "dvc.lock",
+            "tmp", "cache", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")  # fmt: skip
+    shutil.copytree(REPO, proj, symlinks=True, ignore=shutil.ignore_patterns(*skip))
+    # A stand-in venv whose tools are this one's; .installed newer than requirements: no install.
+    venv = proj / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    for tool in ("python", "dvc", "ampbench"):
+        os.symlink(BIN / tool, venv / tool)
+    (proj / ".venv" / ".installed").touch()
+    # The real study's outputs, which the demo must leave alone.
+    from ampbench import data
+
+    data.save_dataset(make_dataset(), proj / STUDY_FILES[0])
+    for name in STUDY_FILES[1:]:
+        (proj / name).parent.mkdir(parents=True, exist_ok=True)
+        (proj / name).write_text(f"the study's {name}\n")
+    before = {name: _digest(proj / name) for name in STUDY_FILES}
+    demo = yaml.safe_load((proj / "demo" / "params.yaml").read_text())
+    archive = _archive(tmp_path, demo["data"]["train_per_class"], demo["data"]["test_per_class"])
+    env = clean_env(PYTHONPATH=str(proj / "src"))
+    env.pop("OMP_NUM_THREADS")  # what `make demo` sets is part of the test
+    subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
+
+    proc = subprocess.run(["make", "demo", f"DATA={archive}"], cwd=proj, env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, f"make demo: {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+
+    out = proj / "demo"
+    assert sorted(p.parent.parent.name for p in out.glob("models/*/seed-*/model.pt")) == sorted(VARIANTS)
+    assert sorted(p.stem for p in out.glob("reports/metrics/*.json")) == sorted(VARIANTS)
+    comparison = (out / "reports" / "comparison.md").read_text()
+    assert "DEMO ON A SUBSET, NOT THE STUDY'S RESULT" in comparison.split("|")[0]
+    assert all(f"| {v} |" in comparison for v in VARIANTS)
+    assert "DEMO ON A SUBSET" in proc.stdout  # make demo ends by showing it
+    assert str(archive) in (out / "params.yaml").read_text()  # DATA became data.url (tracked)
+    assert {p.name for p in out.glob("data/prepared/*")} >= {"cifar10.pt", "source.json"}
+
+    client = mlflow_client(proj)  # the repo's store, not one in demo/
+    assert not (out / "mlflow.db").exists()
+    study = client.get_experiment_by_name("cifar10-amp")
+    assert study is None or not client.search_runs([study.experiment_id])
+    exp = client.get_experiment_by_name(demo["tracking"]["experiment"])
+    found = client.search_runs([exp.experiment_id])
+    seeds = [r for r in found if r.data.tags.get("variant") and r.data.params.get("seed") is not None]
+    assert sorted(r.data.tags["variant"] for r in seeds) == sorted(VARIANTS * len(demo["train"]["seeds"]))
+    assert all(r.info.status == "FINISHED" and "test/accuracy" in r.data.metrics for r in seeds)
+    assert [r.info.run_name for r in found].count("compare") == 1
+
+    assert {name: _digest(proj / name) for name in STUDY_FILES} == before
+    assert not (proj / "dvc.lock").exists() and not (proj / "checkpoints").exists()

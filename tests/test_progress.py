@@ -1,0 +1,101 @@
+"""Time estimates (src/ampbench/progress.py): the stage estimate against the stage's real time,
+the study's remaining work from what is on disk, and the `ampbench estimate` preflight."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from ampbench import progress
+from ampbench.config import Config, replace
+from conftest import clean_env, make_dataset, run_cli, write_params
+
+ESTIMATE = re.compile(r"Expected time of this stage \(.*?\): (.+?) in all, (.+?) left")
+
+
+def seconds(text: str) -> float:
+    """Inverse of progress.fmt_duration for what a short stage prints (`27 s`, `1 min 05 s`)."""
+    m = re.fullmatch(r"(?:(\d+) min )?(\d+) s", text)
+    assert m, text
+    return int(m.group(1) or 0) * 60 + int(m.group(2))
+
+
+def test_fmt_duration():
+    assert progress.fmt_duration(4.4) == "4 s"
+    assert progress.fmt_duration(65) == "1 min 05 s"
+    assert progress.fmt_duration(2 * 3600 + 5 * 60) == "2 h 05 min"
+    assert progress.fmt_duration(18 * 86400 + 3 * 3600) == "18 d 3 h"
+    assert seconds(progress.fmt_duration(65)) == 65
+
+
+def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path):
+    """A short CPU schedule: the estimate logged after the first timed steps vs the stage's wall time."""
+    from ampbench import data
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "dvc.yaml").write_text("stages: {}\n")
+    write_params(proj, model={"fc_dim": 256}, train={"epochs": 2, "batch_size": 20, "seeds": [0, 1]})
+    # 40 steps per epoch: the timing window (2 warm-up steps, >= 1 s) ends inside the first epoch.
+    dataset = make_dataset(n_train_per_class=80, n_test_per_class=20)
+    data.save_dataset(dataset, proj / "data" / "prepared" / "cifar10.pt")
+    start = time.perf_counter()
+    proc = run_cli(proj, "train", "--parallel", "single", "--precision", "fp32", env=clean_env())
+    real = time.perf_counter() - start
+    found = ESTIMATE.findall(proc.stderr)
+    assert len(found) == 1, proc.stderr[-3000:]  # once per stage, after the first timed steps
+    estimate = seconds(found[0][0])
+    assert abs(estimate - real) <= 0.25 * real, f"estimated {estimate} s, took {real:.1f} s\n{proc.stderr}"
+    assert "whole study still needs about" in proc.stderr
+
+
+def _cfg(**train) -> Config:
+    return replace(Config(), model={"fc_dim": 32}, train={"epochs": 4, "batch_size": 10, **train},
+                   data={"train_per_class": 10, "test_per_class": 2})  # fmt: skip
+
+
+def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):
+    cfg = _cfg(seeds=(0, 1), eval_each_epoch=False)
+    models, work = tmp_path / "models", tmp_path / "checkpoints"
+    spe, n_test = 10, 20
+    full = progress.seed_steps(cfg, spe, n_test)
+    assert full == 4 * 10 + 20 * 2 / 3 / 10  # 40 steps + one flipped test pass (a third of a step each)
+    digest = cfg.digest()
+    done = models / "single-fp32" / "seed-0" / "model.pt"
+    done.parent.mkdir(parents=True)
+    torch.save({"state_dict": {}, "config_digest": digest}, done)
+    half = work / "single-fp32" / "seed-1" / "checkpoint.pt"
+    half.parent.mkdir(parents=True)
+    torch.save({"epoch": 2, "step": 0, "config_digest": digest}, half)
+    stale = models / "dp-fp32" / "seed-0" / "model.pt"
+    stale.parent.mkdir(parents=True)
+    torch.save({"state_dict": {}, "config_digest": "another"}, stale)
+
+    def left(variant: str, seed: int) -> float:
+        return progress.remaining_seed_steps(cfg, variant, seed, spe, n_test, models, work)
+
+    assert left("single-fp32", 0) == 0
+    assert left("single-fp32", 1) == progress.seed_steps(cfg, spe, n_test, 2, 0) == 20 + 20 * 2 / 3 / 10
+    assert left("dp-fp32", 0) == full  # another configuration's model is no finished work
+
+
+def test_study_variants_follow_params(tmp_path: Path):
+    params = tmp_path / "params.yaml"
+    params.write_text("variants:\n  parallel: [single]\n  precision: [fp32, autocast]\n")
+    assert progress.study_variants(params) == ["single-fp32", "single-autocast"]
+    assert len(progress.study_variants(tmp_path / "missing.yaml")) == 9
+
+
+def test_preflight_estimates_the_study_and_points_at_the_demo(tmp_path: Path, capsys):
+    params = tmp_path / "params.yaml"
+    params.write_text("variants:\n  parallel: [single, ddp]\n  precision: [fp32, autocast]\n")
+    cfg = replace(Config(), model={"fc_dim": 32}, train={"batch_size": 16})
+    out = progress.preflight(cfg, params, probe_batch=4, force=True)
+    text = capsys.readouterr().out
+    assert "full study on a CPU" in text and "4 variants x 3 seeds x 20 epochs x 3125 steps" in text
+    assert out["study_seconds"] > 0 and set(out["step_seconds"]) == {"fp32", "autocast"}
+    if out["study_seconds"] > progress.LONG_ON_CPU_S:
+        assert "make demo" in text
