@@ -910,9 +910,10 @@ def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
     for proc, name in zip(started, ("fp32", "autocast")):
         assert _wait(proc, 240, project / f"{name}.log") == 0, _log(project, name)
     finished = [r for r in runs(project) if r.info.status == "FINISHED"]
-    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-fp32"]
+    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-autocast/seed-0",
+                                                         "single-fp32", "single-fp32/seed-0"]  # fmt: skip
     run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
-    assert len(runs(project)) == 3
+    assert len(_runs_of(project, "seed")) == 3
 
 
 # ---------------------------------------------------------------- 11. dependencies
