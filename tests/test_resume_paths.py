@@ -144,3 +144,31 @@ def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):  # 
         assert _load(proj / MODELS / "seed-0" / "model.pt")["run_id"] == saved["run_id"]
     finally:
         server.stop()
+
+
+def test_dataset_input_race_is_retried_and_never_fails_training(tmp_path, monkeypatch, caplog):
+    """Two stages registering the same dataset at once: sqlite's unique row makes one insert fail."""
+    from ampbench.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker("race")
+    run_id = tracker.start("r", {})
+    real, calls = tracker.client.log_inputs, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("UNIQUE constraint failed: datasets.experiment_id, datasets.name")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "log_inputs", flaky)
+    tracker.log_dataset(run_id, "cifar10-train", "ab" * 20, "/data.tar.gz", "training")
+    assert len(calls) == 2
+    assert [d.dataset.name for d in tracker.client.get_run(run_id).inputs.dataset_inputs] == ["cifar10-train"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("store down")
+
+    monkeypatch.setattr(tracker.client, "log_inputs", broken)
+    tracker.log_dataset(run_id, "cifar10-test", "cd" * 20, "/data.tar.gz", "evaluation")  # no raise
+    assert "could not record dataset cifar10-test" in caplog.text

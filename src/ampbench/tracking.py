@@ -327,7 +327,15 @@ class Tracker:
         dataset = Dataset(name=name, digest=digest[:36], source_type="http" if remote else "local",
                           source=json.dumps({"url": source} if remote else {"uri": source}))  # fmt: skip
         tag = InputTag("mlflow.data.context", context)
-        self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [tag])])
+        for attempt in (1, 2):
+            try:
+                self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [tag])])
+                return
+            except Exception as err:
+                # Two stages registering the same dataset at once race on its unique row in the
+                # store (sqlite: UNIQUE constraint failed); the second try finds the row.
+                if attempt == 2:
+                    log.warning("could not record dataset %s on run %s: %s", name, run_id, _brief(err))
 
     def set_tags(self, run_id: str, tags: dict[str, object]) -> None:
         for k, v in tags.items():
