@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 from pathlib import Path
@@ -47,6 +48,24 @@ def make_dataset(n_train_per_class: int = 6, n_test_per_class: int = 2, seed: in
     test_x, test_y = split(n_test_per_class)
     return {"train_images": train_x, "train_labels": train_y, "test_images": test_x,
             "test_labels": test_y, "classes": list(CLASSES)}  # fmt: skip
+
+
+def image_folder_archive(dest: Path, per_class: int = 6, test_per_class: int = 3) -> Path:
+    """A tiny CIFAR-like ImageFolder archive: train/<class>/*.png, test/<class>/*.png."""
+    from PIL import Image
+
+    ds = make_dataset(n_train_per_class=per_class, n_test_per_class=test_per_class)
+    root = dest / "imagefolder"
+    for split in ("train", "test"):
+        for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
+            folder = root / split / ds["classes"][int(label)]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(folder / f"{i:04d}.png")
+    archive = dest / "tiny-cifar.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root / "train", "train")
+        tar.add(root / "test", "test")
+    return archive
 
 
 def _merge(base: dict, extra: dict) -> dict:

@@ -10,14 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
-from PIL import Image
 
-from conftest import REPO, clean_env, make_dataset, mlflow_client
+from conftest import REPO, clean_env, image_folder_archive, make_dataset, mlflow_client
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 BIN = Path(sys.executable).parent
@@ -32,21 +30,6 @@ def test_demo_runs_the_same_pipeline():
     demo = yaml.safe_load((REPO / "demo" / "params.yaml").read_text())
     assert demo["tracking"]["experiment"] != "cifar10-amp"
     assert demo["data"]["train_per_class"] > 0 and demo["data"]["test_per_class"] > 0
-
-
-def _archive(dest: Path, train_per_class: int, test_per_class: int) -> Path:
-    ds = make_dataset(n_train_per_class=train_per_class, n_test_per_class=test_per_class)
-    root = dest / "imagefolder"
-    for split in ("train", "test"):
-        for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
-            folder = root / split / ds["classes"][int(label)]
-            folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(img.permute(1, 2, 0).numpy()).save(folder / f"{i:04d}.png")
-    archive = dest / "mirror.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(root / "train", "train")
-        tar.add(root / "test", "test")
-    return archive
 
 
 def _digest(path: Path) -> str:
@@ -74,7 +57,7 @@ def test_make_demo_end_to_end(tmp_path: Path):
         (proj / name).write_text(f"the study's {name}\n")
     before = {name: _digest(proj / name) for name in STUDY_FILES}
     demo = yaml.safe_load((proj / "demo" / "params.yaml").read_text())
-    archive = _archive(tmp_path, demo["data"]["train_per_class"], demo["data"]["test_per_class"])
+    archive = image_folder_archive(tmp_path, demo["data"]["train_per_class"], demo["data"]["test_per_class"])
     env = clean_env(PYTHONPATH=str(proj / "src"))
     env.pop("OMP_NUM_THREADS")  # what `make demo` sets is part of the test
     subprocess.run(["git", "init", "-q"], cwd=proj, check=True)

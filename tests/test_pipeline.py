@@ -16,33 +16,15 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import urllib.request
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from conftest import REPO, MlflowServer, clean_env, make_dataset, runs, write_params
+from conftest import REPO, MlflowServer, clean_env, image_folder_archive, runs, write_params
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 BIN = Path(sys.executable).parent
-
-
-def image_folder_archive(dest: Path, per_class: int = 6) -> Path:
-    """A tiny CIFAR-like ImageFolder archive: train/<class>/*.png, test/<class>/*.png."""
-    ds = make_dataset(n_train_per_class=per_class, n_test_per_class=3)
-    root = dest / "tiny"
-    for split in ("train", "test"):
-        for i, (img, label) in enumerate(zip(ds[f"{split}_images"], ds[f"{split}_labels"])):
-            folder = root / split / ds["classes"][int(label)]
-            folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(img.permute(1, 2, 0).numpy()).save(folder / f"{i:04d}.png")
-    archive = dest / "tiny-cifar.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(root / "train", "train")
-        tar.add(root / "test", "test")
-    return archive
 
 
 def env_with_venv(**extra: str) -> dict:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, MlflowServer, mlflow_client, runs, write_params
-from test_pipeline import image_folder_archive
+from conftest import REPO, MlflowServer, image_folder_archive, mlflow_client, runs, write_params
 from test_reliability import VENV_BIN, _env, _load, _long_project, _wait_for_checkpoint, procs  # noqa: F401
 
 SINGLE = ("train", "--parallel", "single", "--precision", "fp32")
