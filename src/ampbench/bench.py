@@ -46,15 +46,15 @@ def train_flops_per_image(cfg, num_classes: int) -> float:
 
 def _timed(fn, steps: int, warmup: int, device) -> tuple[float, float]:
     """(seconds per step, warm-up seconds); the device is synchronised before each clock read."""
-    engine._sync(device)
+    engine.sync(device)
     t0 = time.perf_counter()
     for _ in range(warmup):
         fn()
-    engine._sync(device)
+    engine.sync(device)
     t1 = time.perf_counter()
     for _ in range(steps):
         fn()
-    engine._sync(device)
+    engine.sync(device)
     return (time.perf_counter() - t1) / steps, t1 - t0
 
 
@@ -87,11 +87,11 @@ def kernel_profile(fn, steps: int, device) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
-    engine._sync(device)
+    engine.sync(device)
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             fn()
-        engine._sync(device)
+        engine.sync(device)
     kernels = []
     for e in prof.key_averages():
         us = e.self_device_time_total if cuda else e.self_cpu_time_total

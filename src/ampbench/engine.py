@@ -147,14 +147,15 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, flip:
     return (predict(model, images, flip) == labels).sum().item() / max(1, len(labels))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
+def sync(device: torch.device | None) -> None:
+    """Wait for the device (CUDA) so that a clock read after it measures finished work."""
+    if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def peak_memory_mb(device: torch.device) -> float:
     """Peak device memory on CUDA; peak resident memory of this process on CPU."""
-    if device.type == "cuda":
+    if device is not None and device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -255,7 +256,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             stats.copy_(torch.as_tensor(state["stats"], dtype=torch.float64))
             before = state.get("elapsed", 0.0)
         model.train()
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         bar = tqdm(
             batches.epoch(epoch, first), total=len(batches), initial=first, leave=False,
@@ -270,10 +271,10 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == len(batches)
             if check and strategy.any(job.stop_requested()):
-                _sync(device)
+                sync(device)
                 save(epoch, i + 1, stats.tolist(), before + time.perf_counter() - t0)
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
-        _sync(device)
+        sync(device)
         seconds = before + time.perf_counter() - t0  # before: a resumed epoch's earlier part
         s = strategy.all_sum(stats.clone())
         s[FIRST_BAD] = stats[FIRST_BAD]

@@ -28,6 +28,7 @@ import torch
 import yaml
 
 from ampbench.config import PARALLELS, PRECISIONS, Config
+from ampbench.engine import sync
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +177,13 @@ class StageProgress:
             return
         self._calls += 1
         if self._calls == self.warmup_steps:
-            _sync(device)
+            sync(device)
             self._t0, self._timed = time.perf_counter(), 0
         elif self._calls > self.warmup_steps:
             self._timed += 1
             elapsed = time.perf_counter() - self._t0
             if self._timed >= self.min_timed_steps and elapsed >= self.min_timed_s:
-                _sync(device)
+                sync(device)
                 self.step_s = (time.perf_counter() - self._t0) / self._timed
                 self.report()
 
@@ -260,11 +261,6 @@ class StageProgress:
         return self.estimate
 
 
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # --- `ampbench estimate`: before the study starts ------------------------------------------------
 def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: int = 2,
                          warmup: int = 1, device: str = "cpu") -> float:  # fmt: skip
@@ -289,11 +285,11 @@ def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: in
 
     for _ in range(warmup):
         one()
-    _sync(dev)
+    sync(dev)
     t0 = time.perf_counter()
     for _ in range(steps):
         one()
-    _sync(dev)
+    sync(dev)
     return (time.perf_counter() - t0) / steps
 
 
