@@ -178,10 +178,12 @@ def to_markdown(res: dict) -> str:
 
 def main(cfg, args, data_file: Path) -> dict:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in variants if v.split("-", 1)[0] not in ("single", "dp")
+    in_process = [name for name, s in parallel.STRATEGIES.items() if s.in_process]
+    bad = [v for v in variants if v.split("-", 1)[0] not in in_process
            or v.split("-", 1)[-1] not in precision.PRECISIONS]  # fmt: skip
     if bad:
-        raise ValueError(f"--variants: {', '.join(bad)} not benchmarkable (single-* or dp-* variants)")
+        raise ValueError(f"--variants: {', '.join(bad)} not benchmarkable (in-process variants only: "
+                         f"{', '.join(p + '-*' for p in in_process)})")  # fmt: skip
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
     dataset = data.load_dataset(data_file)

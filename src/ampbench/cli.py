@@ -168,14 +168,16 @@ def cmd_train(cfg, args, argv) -> int:
     from ampbench import launch, train
 
     _check_prepared(cfg)
-    if args.parallel == "ddp" and "RANK" not in os.environ:
+    from ampbench import parallel
+
+    if not parallel.STRATEGIES[args.parallel].in_process and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
         if cfg.train.batch_size % workers:
             raise ConfigError(
                 f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
                 f"this machine starts; choose a multiple of {workers}"
             )
-        return launch.torchrun(argv, cfg, WORK_DIR / f"ddp-{args.precision}")
+        return launch.torchrun(argv, cfg, WORK_DIR / f"{args.parallel}-{args.precision}")
     stop = train.StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
     results = launch.record(train.train_variant)(
         cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop, WORK_DIR

@@ -25,6 +25,8 @@ class Single:
     """One process, one device."""
 
     name = "single"
+    # Whether it runs inside the calling process; False: a launcher (torchrun) starts its processes.
+    in_process = True
     rank = 0
     local_rank = 0
     world_size = 1
@@ -110,6 +112,7 @@ class Distributed(Single):
     """DistributedDataParallel, one process per device, started by torchrun."""
 
     name = "ddp"
+    in_process = False
     # PyTorch's CUDA-graph notes: DDP needs at least 11 eager iterations before capture (its
     # reducer rebuilds buckets and settles its state during the first ones).
     graph_warmup_steps = 11
