@@ -30,7 +30,7 @@ def test_every_bad_key_is_named_in_one_message(tmp_path: Path):
     params["train"]["epochs"] = -1
     params["train"]["colour"] = "blue"
     params["data"]["url"] = 42
-    params["train"]["amp_dtype"] = "float8"
+    params["train"]["loader"] = "pil"
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, yaml.safe_dump(params)))
     message = str(err.value)
@@ -42,7 +42,14 @@ def test_every_bad_key_is_named_in_one_message(tmp_path: Path):
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, yaml.safe_dump(params)))
     assert "train.epochs: -1 must be >= 1" in str(err.value)
-    assert "train.amp_dtype: 'float8' must be one of auto, float16, bfloat16" in str(err.value)
+    assert "train.loader: 'pil' must be one of device, dataloader" in str(err.value)
+
+
+def test_removed_amp_dtype_key_says_what_replaced_it(tmp_path: Path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["train"]["amp_dtype"] = "bfloat16"
+    with pytest.raises(ConfigError, match="train.amp_dtype: removed: each precision carries its dtype"):
+        load_config(write(tmp_path, yaml.safe_dump(params)))
 
 
 @pytest.mark.parametrize(
@@ -180,7 +187,7 @@ def test_params_that_is_a_folder_or_not_utf8_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError, match="is a folder, not a file"):
         load_config(tmp_path)
     path = tmp_path / "latin1.yaml"
-    path.write_bytes("train:\n  amp_dtype: caf\xe9\n".encode("latin-1"))
+    path.write_bytes("train:\n  loader: caf\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         load_config(path)
 

@@ -670,7 +670,7 @@ def test_dp_without_gpus_records_one_device_and_warns(project):
 def test_autocast_unavailable_is_reported_as_not_used(monkeypatch, caplog):
     monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device_type: False)
     model = torch.nn.Linear(2, 2)
-    _, facts = precision.apply(precision.PRECISIONS["autocast"], model, torch.device("cpu"), "auto")
+    _, facts = precision.PRECISIONS["autocast"].apply(model, torch.device("cpu"))
     assert facts["autocast_used"] is False and facts["amp_dtype"] == "float32"
     assert model.amp_enabled is False
     assert "autocast is not available" in caplog.text
@@ -679,8 +679,8 @@ def test_autocast_unavailable_is_reported_as_not_used(monkeypatch, caplog):
 def test_gradscaler_disabled_by_pytorch_is_reported_as_not_used(caplog):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available: GradScaler('cuda') is really enabled here")
-    scaler, facts = precision.apply(precision.PRECISIONS["autocast_gradscaler"], torch.nn.Linear(2, 2),
-                                    torch.device("cuda"), "auto")  # fmt: skip
+    prec = precision.PRECISIONS["autocast_gradscaler"]
+    scaler, facts = prec.apply(torch.nn.Linear(2, 2), torch.device("cuda"))
     assert not scaler.is_enabled() and facts["grad_scaler_used"] is False
     assert "GradScaler requested but disabled" in caplog.text
 

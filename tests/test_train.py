@@ -177,7 +177,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     assert params["torch_version"] == torch.__version__
     assert (params["tf32_matmul"], params["tf32_cudnn"]) == ("False", "False")
     autocast = precision_name != "fp32"
-    assert params["amp_dtype"] == ("bfloat16" if autocast else "float32")  # CPU: auto -> bfloat16
+    assert params["amp_dtype"] == ("bfloat16" if autocast else "float32")  # CPU autocast: bfloat16
     assert result["amp_dtype"] == params["amp_dtype"]
     assert params["autocast_used"] == str(autocast)
     assert params["grad_scaler_used"] == str(precision_name == "autocast_gradscaler")
@@ -329,22 +329,15 @@ def _record_dtypes(model: nn.Module) -> list:
 
 
 @pytest.mark.parametrize(
-    ("precision_name", "amp_dtype", "expected"),
-    [
-        ("fp32", "auto", torch.float32),
-        ("autocast", "auto", torch.bfloat16),
-        ("autocast_gradscaler", "auto", torch.bfloat16),
-        ("autocast", "bfloat16", torch.bfloat16),
-        ("autocast", "float16", torch.float16),
-        ("autocast_gradscaler", "float16", torch.float16),
-        ("fp32", "float16", torch.float32),
-    ],
+    ("precision_name", "expected"),
+    # CPU autocast runs bfloat16 for every autocast precision (precision.CPU_AUTOCAST_DTYPE).
+    [(name, torch.float32 if name == "fp32" else torch.bfloat16) for name in precision.PRECISIONS],
 )
-def test_autocast_dtype_inside_forward_on_cpu(precision_name, amp_dtype, expected):
+def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
     cpu = torch.device("cpu")
-    cfg = _tiny_cfg(amp_dtype=amp_dtype)
+    cfg = _tiny_cfg()
     model = engine.build_model(cfg, 10, cpu)
-    _, facts = precision.apply(precision.PRECISIONS[precision_name], model, cpu, cfg.train.amp_dtype)
+    _, facts = precision.PRECISIONS[precision_name].apply(model, cpu)
     assert facts["amp_dtype"] == str(expected).removeprefix("torch.")
     seen = _record_dtypes(model)
     images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
@@ -361,11 +354,11 @@ def test_autocast_dtype_inside_forward_on_cpu(precision_name, amp_dtype, expecte
     reason="DataParallel dtype check needs >= 2 CUDA GPUs (replica threads); none here",
 )
 def test_autocast_dtype_inside_dataparallel_replicas():
-    cfg = _tiny_cfg(amp_dtype="bfloat16")
+    cfg = _tiny_cfg()
     strategy = parallel.DataParallel(cfg.train.collective_timeout_s)
     device = strategy.setup()
     raw = engine.build_model(cfg, 10, device)
-    precision.apply(precision.PRECISIONS["autocast"], raw, device, cfg.train.amp_dtype)
+    precision.PRECISIONS["autocast"].apply(raw, device)
     model = strategy.wrap(raw)
     assert isinstance(model, nn.DataParallel)
     seen = _record_dtypes(raw)  # replicas share the hooks of the module they copy
@@ -374,7 +367,7 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     with torch.no_grad():
         out = model(images)
     assert len({dev for dev, _ in seen}) == n, "every replica must have run"
-    assert {dtype for _, dtype in seen} == {torch.bfloat16}, seen
+    assert {dtype for _, dtype in seen} == {torch.float16}, seen
     assert out.dtype == torch.float32
 
 

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import yaml
 
-PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
-PARALLELS = ("single", "dp", "ddp")
-AMP_DTYPES = ("auto", "float16", "bfloat16")
+from ampbench.parallel import STRATEGIES
+from ampbench.precision import PRECISIONS as _PRECISIONS
+
+# The registries' names, in registry order (what the CLI offers and the matrix may hold).
+PRECISIONS = tuple(_PRECISIONS)
+PARALLELS = tuple(STRATEGIES)
 LOADERS = ("device", "dataloader")
 SWITCHES = ("auto", "always", "never")  # not on/off: YAML reads those as booleans
 VARIANT_AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
@@ -33,6 +36,14 @@ SEED_LIMIT = 2**31
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
 _SHA256_RULE = 'must be 64 hexadecimal characters or empty (all digits or a leading 0: quote it, "0123...")'
+
+
+# Keys earlier versions had, with what replaced them (an old params.yaml gets told, not just refused).
+_REMOVED = {
+    "train.amp_dtype": "removed: each precision carries its dtype (autocast and autocast_gradscaler: "
+    "float16 on CUDA; autocast_bf16: bfloat16); delete the line and add autocast_bf16 to "
+    "variants.precision (or pass --precision autocast_bf16) for bfloat16",
+}
 
 
 class ConfigError(ValueError):
@@ -83,8 +94,6 @@ class TrainConfig:
     """Fraction of steps spent warming the learning rate up."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Each variant trains once per seed; results are reported as mean and std."""
-    amp_dtype: str = "auto"
-    """Autocast dtype: auto (float16 on CUDA, bfloat16 on CPU), float16 or bfloat16."""
     loader: str = "device"
     """device: uint8 data resident on the device, augmented there; dataloader: torch DataLoader."""
     workers: int = 8
@@ -192,7 +201,9 @@ def _build(cls: type, raw: object, prefix: str, problems: list[str]):
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     for key in raw:
-        if key not in known:
+        if f"{prefix}{key}" in _REMOVED:
+            problems.append(f"{prefix}{key}: {_REMOVED[prefix + key]}")
+        elif key not in known:
             problems.append(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
     values = {}
     for f in fields(cls):
@@ -220,7 +231,6 @@ def _ranges(cfg: Config) -> list[str]:
         ("train.warmup_fraction", 0 < t.warmup_fraction < 1, "must be in (0, 1)"),
         ("train.seeds", len(set(t.seeds)) == len(t.seeds), "must not repeat a seed"),
         ("data.sha256", d.sha256 == "" or bool(re.fullmatch(r"[0-9a-fA-F]{64}", d.sha256)), _SHA256_RULE),
-        ("train.amp_dtype", t.amp_dtype in AMP_DTYPES, f"must be one of {', '.join(AMP_DTYPES)}"),
         ("train.loader", t.loader in LOADERS, f"must be one of {', '.join(LOADERS)}"),
         ("train.workers", t.workers >= 0, "must be >= 0"),
         ("train.ddp_cpu_workers", t.ddp_cpu_workers >= 1, "must be >= 1"),

@@ -164,7 +164,7 @@ def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
     """Model, wrapped model, fused SGD, one-cycle schedule and scaler for one variant."""
     t, device = cfg.train, strategy.device
     raw_model = build_model(cfg, num_classes, device)
-    scaler, facts = precision.apply(prec, raw_model, device, t.amp_dtype)
+    scaler, facts = prec.apply(raw_model, device)
     model = strategy.wrap(raw_model)
     use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph

@@ -67,9 +67,7 @@ def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[t
     saved = checkpoint.load(path)
     model = _build_model(saved, path)
     model.to(device)
-    precision.apply(
-        precision.PRECISIONS[precision_name], model, device, saved["config"]["train"]["amp_dtype"]
-    )
+    precision.PRECISIONS[precision_name].apply(model, device)
     return model, saved
 
 

@@ -1,9 +1,14 @@
-"""The three precision strategies: ``fp32``, ``autocast`` and ``autocast_gradscaler``.
+"""Precision strategies: ``fp32``, ``autocast``, ``autocast_gradscaler`` and ``autocast_bf16``.
 
-Each is a small frozen object; the training loop never branches on it. ``torch.autocast(...,
-enabled=False)`` and ``GradScaler(enabled=False)`` are no-ops, so one step serves all three.
-``fp32`` is true fp32: TF32 is switched off for matmuls and cuDNN (PyTorch enables TF32
-convolutions by default on Ampere and newer), and what was really used is reported.
+Each is a small frozen object in ``PRECISIONS``, the one registry every stage, the CLI, the
+config checks and DVC's matrix read their names from; the training loop never branches on it.
+``torch.autocast(..., enabled=False)`` and ``GradScaler(enabled=False)`` are no-ops, so one step
+serves all of them. ``fp32`` is true fp32: TF32 is switched off for matmuls and cuDNN (PyTorch
+enables TF32 convolutions by default on Ampere and newer), and what was really used is reported.
+
+Adding a precision that autocast and GradScaler can express (say, fp16 without channels_last) is
+one ``Precision(...)`` entry below. One that needs other machinery (fp8 through an extension) is a
+new class with the ``PrecisionStrategy`` interface, registered here.
 """
 
 from __future__ import annotations
@@ -11,34 +16,80 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 log = logging.getLogger(__name__)
 
+# CPU autocast runs bfloat16: float16 kernels are missing or emulated for much of it on CPUs. A
+# float16 precision therefore runs bfloat16 on a CPU, and its runs record amp_dtype=bfloat16.
+CPU_AUTOCAST_DTYPE = torch.bfloat16
+
+
+class PrecisionStrategy(Protocol):
+    """What the loop, evaluation, bench and estimates ask of a precision."""
+
+    name: str
+
+    def apply(self, model: torch.nn.Module, device: torch.device) -> tuple[torch.amp.GradScaler, dict]:
+        """Make the model compute in this precision (in its own forward); return the scaler the step
+        uses (disabled if none) and the facts to log: autocast_used, amp_dtype, grad_scaler_used."""
+        ...
+
 
 @dataclass(frozen=True)
 class Precision:
+    """Autocast to ``dtype`` (None: no autocast, fp32) inside the model's forward, and optionally
+    GradScaler, which keeps fp16 gradients from underflowing (bf16 has fp32's range: no need)."""
+
     name: str
-    autocast: bool
-    grad_scaler: bool
+    dtype: torch.dtype | None
+    grad_scaler: bool = False
+
+    def dtype_on(self, device: torch.device) -> torch.dtype | None:
+        """The autocast dtype this precision runs on `device` (None: fp32)."""
+        if self.dtype is None or device.type == "cuda":
+            return self.dtype
+        return CPU_AUTOCAST_DTYPE
+
+    def apply(self, model: torch.nn.Module, device: torch.device) -> tuple[torch.amp.GradScaler, dict]:
+        dtype = self.dtype_on(device)
+        autocast_ok = torch.amp.is_autocast_available(device.type)
+        if dtype is not None and not autocast_ok:
+            log.warning("autocast is not available on %s: running without it", device.type)
+        # Read by AlexNet.forward; plain attributes, so DataParallel replicas copy them.
+        model.amp_enabled = dtype is not None and autocast_ok
+        if dtype is not None:
+            model.amp_dtype = dtype
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scaler = torch.amp.GradScaler(device.type, enabled=self.grad_scaler)
+        for w in caught:
+            log.warning("GradScaler: %s", w.message)
+        if self.grad_scaler and not scaler.is_enabled():
+            log.warning("GradScaler requested but disabled by PyTorch on %s", device.type)
+        facts = {
+            "autocast_used": model.amp_enabled,
+            "amp_dtype": str(dtype if model.amp_enabled else torch.float32).removeprefix("torch."),
+            "grad_scaler_used": scaler.is_enabled(),
+        }
+        return scaler, facts
 
 
-PRECISIONS = {
+PRECISIONS: dict[str, PrecisionStrategy] = {
     p.name: p
     for p in (
-        Precision("fp32", autocast=False, grad_scaler=False),
-        Precision("autocast", autocast=True, grad_scaler=False),
-        Precision("autocast_gradscaler", autocast=True, grad_scaler=True),
+        Precision("fp32", dtype=None),
+        Precision("autocast", dtype=torch.float16),  # the tutorial's: autocast's CUDA default
+        Precision("autocast_gradscaler", dtype=torch.float16, grad_scaler=True),
     )
 }
 
 
-def amp_dtype(setting: str, device: torch.device) -> torch.dtype:
-    """`auto` is float16 on CUDA (what the tutorial measured) and bfloat16 elsewhere."""
-    if setting == "auto":
-        return torch.float16 if device.type == "cuda" else torch.bfloat16
-    return getattr(torch, setting)
+def apply(precision: PrecisionStrategy, model: torch.nn.Module, device: torch.device):
+    """``precision.apply(model, device)``: (scaler, facts)."""
+    return precision.apply(model, device)
 
 
 def disable_tf32() -> dict[str, bool]:
@@ -49,33 +100,6 @@ def disable_tf32() -> dict[str, bool]:
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
     }
-
-
-def apply(precision: Precision, model: torch.nn.Module, device: torch.device, dtype_setting: str):
-    """Configure the model's in-forward autocast and build the scaler.
-
-    Returns (scaler, facts): facts say what is really in use, so nothing is logged as used
-    when PyTorch silently disabled it.
-    """
-    dtype = amp_dtype(dtype_setting, device)
-    autocast_ok = torch.amp.is_autocast_available(device.type)
-    if precision.autocast and not autocast_ok:
-        log.warning("autocast is not available on %s: running without it", device.type)
-    model.amp_enabled = precision.autocast and autocast_ok
-    model.amp_dtype = dtype
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-    for w in caught:
-        log.warning("GradScaler: %s", w.message)
-    facts = {
-        "autocast_used": model.amp_enabled,
-        "amp_dtype": str(dtype).removeprefix("torch.") if model.amp_enabled else "float32",
-        "grad_scaler_used": scaler.is_enabled(),
-    }
-    if precision.grad_scaler and not scaler.is_enabled():
-        log.warning("GradScaler requested but disabled by PyTorch on %s", device.type)
-    return scaler, facts
 
 
 def scale_tensor(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:

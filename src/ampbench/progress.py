@@ -271,7 +271,7 @@ def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: in
     dev = torch.device(device)
     torch.manual_seed(0)
     model = AlexNet(cfg.model, CIFAR_CLASSES).to(dev)
-    scaler, _ = precision.apply(precision.PRECISIONS[precision_name], model, dev, cfg.train.amp_dtype)
+    scaler, _ = precision.PRECISIONS[precision_name].apply(model, dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=cfg.train.momentum, nesterov=True)
     loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=dev)
