@@ -348,6 +348,18 @@ def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
     assert out.dtype == torch.float32 and out.shape == (2, 10)
 
 
+def test_each_precision_names_its_cuda_dtype_and_scaler():
+    """What runs on a GPU (dtype_on needs no GPU): the tutorial's float16 twice, bfloat16 once."""
+    cuda = torch.device("cuda")
+    found = {name: (p.dtype_on(cuda), p.grad_scaler) for name, p in precision.PRECISIONS.items()}
+    assert found == {
+        "fp32": (None, False),
+        "autocast": (torch.float16, False),
+        "autocast_gradscaler": (torch.float16, True),
+        "autocast_bf16": (torch.bfloat16, False),
+    }
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     torch.cuda.device_count() < 2,
@@ -358,7 +370,8 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     strategy = parallel.DataParallel(cfg.train.collective_timeout_s)
     device = strategy.setup()
     raw = engine.build_model(cfg, 10, device)
-    precision.PRECISIONS["autocast"].apply(raw, device)
+    # bfloat16, not autocast's default float16: a replica that lost the dtype would show float16.
+    precision.PRECISIONS["autocast_bf16"].apply(raw, device)
     model = strategy.wrap(raw)
     assert isinstance(model, nn.DataParallel)
     seen = _record_dtypes(raw)  # replicas share the hooks of the module they copy
@@ -367,7 +380,7 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     with torch.no_grad():
         out = model(images)
     assert len({dev for dev, _ in seen}) == n, "every replica must have run"
-    assert {dtype for _, dtype in seen} == {torch.float16}, seen
+    assert {dtype for _, dtype in seen} == {torch.bfloat16}, seen
     assert out.dtype == torch.float32
 
 

@@ -83,6 +83,7 @@ PRECISIONS: dict[str, PrecisionStrategy] = {
         Precision("fp32", dtype=None),
         Precision("autocast", dtype=torch.float16),  # the tutorial's: autocast's CUDA default
         Precision("autocast_gradscaler", dtype=torch.float16, grad_scaler=True),
+        Precision("autocast_bf16", dtype=torch.bfloat16),  # bf16 has fp32's range: no scaler
     )
 }
 
