@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="discard a checkpoint written by another configuration and start over")  # fmt: skip
     sub.add_parser("evaluate", parents=[common, variant], help="evaluate one variant's models")
     c = sub.add_parser("compare", parents=[common], help="compare variants side by side")
-    c.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
+    c.add_argument("--variants", default="",
+                   help="comma-separated variant names (default: params.yaml's `variants:`)")  # fmt: skip
     v = sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
     v.add_argument("--epochs", default="", help="override train.epochs (empty: params.yaml)")
     v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
@@ -209,9 +210,10 @@ def cmd_evaluate(cfg, args, argv) -> int:
 
 
 def cmd_compare(cfg, args, argv) -> int:
-    from ampbench import compare, tracking
+    from ampbench import compare, progress, tracking
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    variants = variants or progress.study_variants(args.params)  # dvc.yaml's matrix
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
