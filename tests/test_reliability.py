@@ -9,7 +9,7 @@ one nested seed run per seed in MLflow. Sizes are tiny (AlexNet
 with fc_dim 32, 6-24 images per class) so that the whole file fits in a few minutes on 2 CPU cores.
 
 Fault injection: the code has no fault hook. Tests that need a worker to crash put a
-``sitecustomize.py`` on PYTHONPATH (see ``TEST_HOOK``) that makes ``engine.Step`` raise at a
+``sitecustomize.py`` on PYTHONPATH (see ``TEST_HOOK``) that makes ``step.Step`` raise at a
 chosen step in a chosen rank, or makes importing mlflow fail in a rank; nothing in src/ knows
 about it.
 """
@@ -35,7 +35,7 @@ import pytest
 import torch
 import yaml
 
-from ampbench import checkpoint, config, engine, launch, parallel, precision
+from ampbench import checkpoint, config, engine, launch, loop, parallel, precision
 from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs, write_params
 
 VENV_BIN = Path(sys.executable).parent
@@ -51,7 +51,7 @@ LONG_DATA, LONG_EPOCHS = 24, 4
 TEST_HOOK = '''
 """Test-only hooks (tests/test_reliability.py), active only when their variable is set.
 
-AMPBENCH_TEST_FAULT=<rank>:<step>: engine.Step raises at that step in that rank.
+AMPBENCH_TEST_FAULT=<rank>:<step>: step.Step raises at that step in that rank.
 AMPBENCH_TEST_NO_MLFLOW=<rank>,...: importing mlflow fails in those ranks.
 """
 import os
@@ -68,16 +68,16 @@ if os.environ.get("RANK") in os.environ.get("AMPBENCH_TEST_NO_MLFLOW", "").split
 
 _spec = os.environ.get("AMPBENCH_TEST_FAULT", "")
 if _spec and os.environ.get("RANK", "0") == _spec.split(":")[0]:
-    from ampbench import engine
+    from ampbench import step
 
-    _at, _step = int(_spec.split(":")[1]), engine.Step.__call__
+    _at, _step = int(_spec.split(":")[1]), step.Step.__call__
 
     def _faulty(self, images, labels):
         if self.calls + 1 >= _at:
             raise RuntimeError(f"injected fault: rank {os.environ.get('RANK', '0')} step {self.calls + 1}")
         return _step(self, images, labels)
 
-    engine.Step.__call__ = _faulty
+    step.Step.__call__ = _faulty
 '''
 
 
@@ -621,7 +621,7 @@ def _train_in_process(tmp_path: Path, precision_name: str, **train) -> tuple[dic
     job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, make_dataset(), 0,
                      tmp_path / "checkpoint.pt")  # fmt: skip
     hooks = _Recorder()
-    out = engine.train_seed(job, hooks)
+    out = loop.train_seed(job, hooks)
     return out["result"], hooks.metrics
 
 

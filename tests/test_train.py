@@ -10,6 +10,7 @@ slicing, ``parallel.Distributed`` over gloo, ``precision.apply``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench import config, data, engine, loader, parallel, precision
+from ampbench import config, data, engine, loader, loop, parallel, precision
 from ampbench.config import PARALLELS, PRECISIONS
 from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs, write_params
 
@@ -245,24 +246,18 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
     torch.manual_seed(seed)  # identical initial weights in every process, as in engine.train_seed
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, seed, t.workers)
     prec = precision.PRECISIONS["fp32"]
-    raw, model, opt, sched, scaler, _, use_graph = engine.setup(
-        cfg, prec, strategy, 10, t.epochs * len(batches)
-    )
-    initial = {k: v.detach().clone() for k, v in raw.state_dict().items()}
-    stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64)
-    criterion = nn.CrossEntropyLoss(label_smoothing=t.label_smoothing)
-    step = engine.Step(
-        model, opt, scaler, criterion, stats, strategy.device, use_graph, strategy.graph_warmup_steps
-    )
-    model.train()
+    trainer = engine.setup(cfg, prec, strategy, 10, t.epochs * len(batches))
+    initial = {k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()}
+    step = engine.make_step(trainer, cfg, strategy)
+    trainer.model.train()
     for epoch in range(t.epochs):
         for images, labels in batches.epoch(epoch):
             assert len(labels) == t.batch_size // strategy.world_size
             step(images, labels)
-            sched.step()
-    strategy.all_sum(stats)
-    return {"initial": initial, "final": raw.state_dict(), "stats": stats,
-            "wrapper": type(model).__name__, "steps": t.epochs * len(batches)}  # fmt: skip
+            trainer.sched.step()
+    totals = step.stats.totals(strategy)
+    return {"initial": initial, "final": trainer.raw_model.state_dict(), "stats": dataclasses.asdict(totals),
+            "wrapper": type(trainer.model).__name__, "steps": t.epochs * len(batches)}  # fmt: skip
 
 
 def _ddp_rank(rank: int, world: int, port: int, cfg: config.Config, out_dir: str) -> None:
@@ -297,9 +292,9 @@ def test_ddp_half_batches_match_single_process_full_batch(tmp_path, monkeypatch)
         for key, value in ref["initial"].items():
             torch.testing.assert_close(out["initial"][key], value, rtol=0, atol=0, msg=f"rank {r} init {key}")
         # the gloo all-sum of per-epoch stats counts the same images, loss and hits as one process
-        assert out["stats"][engine.COUNT] == ref["stats"][engine.COUNT] == BATCH * ref["steps"]
-        assert out["stats"][engine.CORRECT] == ref["stats"][engine.CORRECT]
-        torch.testing.assert_close(out["stats"][engine.LOSS], ref["stats"][engine.LOSS], rtol=1e-5, atol=1e-5)
+        assert out["stats"]["count"] == ref["stats"]["count"] == BATCH * ref["steps"]
+        assert out["stats"]["correct"] == ref["stats"]["correct"]
+        torch.testing.assert_close(out["stats"]["loss_sum"], ref["stats"]["loss_sum"], rtol=1e-5, atol=1e-5)
     moved = max((ref["final"][k] - ref["initial"][k]).abs().max().item() for k in ref["final"])
     assert moved > 1e-3, "the steps did not change the weights: the comparison would prove nothing"
     for key, value in ref["final"].items():
@@ -424,7 +419,7 @@ def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
     cfg = _tiny_cfg(epochs=2, lr=1.0e6, checkpoint_every_s=60.0)
     job = engine.Job(cfg, precision.PRECISIONS["autocast_gradscaler"], parallel.Single(), make_dataset(),
                      0, tmp_path / "checkpoint.pt")  # fmt: skip
-    last = engine.train_seed(job)["history"][-1]
+    last = loop.train_seed(job)["history"][-1]
     steps = len(make_dataset()["train_labels"]) // BATCH
     if last["nonfinite_losses"] != steps:
         pytest.fail(f"precondition: every loss of the last epoch must be non-finite: {last}")
@@ -447,10 +442,10 @@ def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
     cfg = _tiny_cfg(epochs=1, batch_size=12, checkpoint_every_s=60.0)
     job = engine.Job(cfg, precision.PRECISIONS["fp32"], parallel.Single(), make_dataset(), 0,
                      tmp_path / "checkpoint.pt")  # fmt: skip
-    assert engine.train_seed(job)["result"]["epochs_completed"] == 1
+    assert loop.train_seed(job)["result"]["epochs_completed"] == 1
     job.cfg = _tiny_cfg(epochs=1, batch_size=20)
     with pytest.raises(ValueError, match="only 3 training steps .* needs at least 4"):
-        engine.train_seed(job)
+        loop.train_seed(job)
 
 
 def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):

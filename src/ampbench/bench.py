@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ampbench import data, engine, loader, parallel, precision
@@ -63,12 +62,8 @@ def _trainer(cfg, variant: str, dataset: dict, strategy):
     torch.manual_seed(0)
     if strategy.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    raw, model, opt, sched, scaler, facts, use_graph = engine.setup(cfg, prec, strategy, 10, 10**6)
-    stats = torch.zeros(engine.STATS_SIZE, dtype=torch.float64, device=strategy.device)
-    crit = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
-    warmup = strategy.graph_warmup_steps
-    step = engine.Step(model, opt, scaler, crit, stats, strategy.device, use_graph, warmup)
-    return step, facts
+    trainer = engine.setup(cfg, prec, strategy, 10, 10**6)
+    return engine.make_step(trainer, cfg, strategy), trainer.facts
 
 
 def _row(what, variant, batch, sec, warm, flops, device, facts) -> dict:

@@ -5,7 +5,9 @@ per-process batch from the global batch (the invariant across variants). When a 
 cannot use the devices it needs (DP without two GPUs, DDP on CPU processes) it still runs, warns,
 and reports the devices it really used, so no speed-up is claimed that did not happen.
 
-DDP processes are started by torchrun; see ``ampbench.launch``.
+DDP processes are started by torchrun; see ``ampbench.launch``. Adding one (FSDP, say) is a new
+class with the ``ParallelStrategy`` interface plus its entry in ``STRATEGIES``: the CLI, the
+config checks, DVC's matrix, bench and the loop take it from there and never test names.
 """
 
 from __future__ import annotations
@@ -13,12 +15,38 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 log = logging.getLogger(__name__)
+
+
+class ParallelStrategy(Protocol):
+    """What the training loop, bench, the estimates and the CLI ask of a parallel strategy."""
+
+    name: str
+    in_process: bool  # False: a launcher (torchrun) starts the processes (see launch.py)
+    rank: int
+    local_rank: int
+    world_size: int
+    graph_warmup_steps: int  # eager steps before a CUDA graph may be captured
+    device: torch.device  # valid after setup()
+
+    @property
+    def is_main(self) -> bool: ...  # the one process that logs, checkpoints and publishes
+    def setup(self) -> torch.device: ...  # processes, process group, device
+    def wrap(self, model: nn.Module) -> nn.Module: ...  # the loop saves the unwrapped model
+    def capturable(self) -> bool: ...  # can the wrapped step be captured in a CUDA graph
+    def per_process_batch(self, global_batch: int) -> int: ...  # raises ValueError if it cannot
+    def devices_used(self) -> int: ...
+    def any(self, flag: bool) -> bool: ...  # collective OR (every process calls it)
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor: ...  # collective sum, in place
+    def barrier(self) -> None: ...
+    def teardown(self) -> None: ...
+    def facts(self) -> dict[str, object]: ...  # world_size, devices_used, device_type, device_name
 
 
 class Single:
@@ -189,10 +217,10 @@ class Distributed(Single):
             dist.destroy_process_group()
 
 
-STRATEGIES = {s.name: s for s in (Single, DataParallel, Distributed)}
+STRATEGIES: dict[str, type[ParallelStrategy]] = {s.name: s for s in (Single, DataParallel, Distributed)}
 
 
-def make(name: str, collective_timeout_s: float = 300.0) -> Single:
+def make(name: str, collective_timeout_s: float = 300.0) -> ParallelStrategy:
     return STRATEGIES[name](collective_timeout_s)
 
 

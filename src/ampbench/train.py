@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-from ampbench import checkpoint, data, engine, loader, parallel, precision, progress
+from ampbench import checkpoint, data, engine, loader, loop, parallel, precision, progress
 from ampbench.config import Config
+from ampbench.timing import StageClock
 from ampbench.tracking import KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
                   data_file: Path, fresh: bool = False, stop=None,
                   work_dir: Path = Path("checkpoints")) -> list[dict]:  # fmt: skip
     """Train every seed of one variant; return each seed's result (rank 0; others get [])."""
+    clock = StageClock()  # where the stage's seconds go: time/* on the variant run
     variant = variant_name(parallel_name, precision_name)
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
     strategy.setup()
@@ -132,6 +134,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
             tracker.preflight()
             stage = _Stage(tracker, _variant_run(tracker, work, variant, cfg), data_file, cfg)
             log.info("%s: MLflow runs at %s", variant, tracker.link())
+        clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         try:
             results = []
             prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
@@ -142,9 +145,12 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
                 job.progress = prog
                 extra = {"per_process_batch": per_process, **tf32}
                 results.append(_train_one(job, variant, stage, extra, fresh))
+                clock.mark("seeds")
             prog.close()
             if strategy.is_main:
                 _publish(work, models_dir / variant, cfg.train.seeds)
+                clock.mark("publish")
+                _log_breakdown(stage, clock, results)
         except BaseException as err:
             # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
             _end_variant_run(
@@ -155,6 +161,25 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         return results if strategy.is_main else []
     finally:
         strategy.teardown()
+
+
+def _log_breakdown(stage: _Stage, clock: StageClock, results: list[dict]) -> None:
+    """The stage's seconds by part, on the variant run (time/*) and in the log."""
+    seeds = {k: sum(r.get(k, 0.0) for r in results) for k in SEED_TIMES}
+    values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
+    nan = float("nan")
+    log.info("stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
+             "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
+             values.get("time/stage_seconds", nan), values.get("time/startup_seconds", nan),
+             clock.parts["setup"], clock.parts.get("seeds", 0.0), seeds["train_seconds"],
+             seeds["eval_seconds"], seeds["checkpoint_seconds"], seeds["logging_seconds"],
+             seeds["model_save_seconds"], clock.parts["publish"])  # fmt: skip
+    stage.tracker.log_metrics(stage.variant_run_id, values)
+
+
+# Per-seed seconds by part (loop.SeedTraining and _train_one), summed per stage too.
+SEED_TIMES = ("train_seconds", "eval_seconds", "checkpoint_seconds", "logging_seconds", "setup_seconds",
+              "model_save_seconds")  # fmt: skip
 
 
 def _end_variant_run(stage: _Stage | None, status: str) -> None:
@@ -272,7 +297,7 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
         monitor = _system_metrics(stage, run_id)
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
     try:
-        out = engine.train_seed(job, hooks, resume, meta)
+        out = loop.train_seed(job, hooks, resume, meta)
     except engine.Stopped:
         if main:
             stage.tracker.end_quietly(run_id, "KILLED")
@@ -285,6 +310,7 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
         if monitor:
             monitor.finish()
     if main:
+        t0 = time.perf_counter()
         final = job.checkpoint_path.with_name("model.pt")
         saved = {"state_dict": out["state_dict"], "config": dataclasses.asdict(cfg), "variant": variant,
                  "seed": job.seed, "run_id": run_id, "variant_run_id": stage.variant_run_id,
@@ -292,12 +318,13 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
                  "history": out["history"], "pending_metrics": hooks.state()}  # fmt: skip
         checkpoint.save(saved, final)
         job.checkpoint_path.unlink(missing_ok=True)
-        _close_seed_run(stage, saved, final)
+        out["result"]["model_save_seconds"] = time.perf_counter() - t0
+        _close_seed_run(stage, saved, final, out["result"])
     strategy.barrier()
     return {"seed": job.seed, "run_id": run_id, **out["result"]}
 
 
-def _close_seed_run(stage: _Stage, saved: dict, final: Path) -> None:
+def _close_seed_run(stage: _Stage, saved: dict, final: Path, timed: dict | None = None) -> None:
     """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
 
     Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
@@ -314,6 +341,7 @@ def _close_seed_run(stage: _Stage, saved: dict, final: Path) -> None:
         summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds", "images_per_second",
                                           "peak_memory_mb", "epochs_completed")}  # fmt: skip
         summary["diverged"] = int(result["diverged"])
+        summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
         tracker.log_metrics(run_id, summary, step=len(saved["history"]))

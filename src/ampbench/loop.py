@@ -1,0 +1,186 @@
+"""The loop over epochs of one seed, the same for every variant. Imports no mlflow.
+
+``train_seed`` reads in one sitting: per epoch, ``train_epoch`` (the steps: no host sync inside;
+DDP ranks agree on stopping every `train.stop_check_every` steps), ``evaluate`` (test accuracy)
+and ``end_epoch`` (divergence, the epoch's record, the checkpoint). Whatever happens, ``hooks``
+hears about it (rank 0 records it in MLflow), and each epoch end's checkpoint is written beside
+the next epoch (``checkpoint_writer``), so a crash loses at most the current epoch
+(docs/RELIABILITY.md says what a kill -9 during a write costs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import torch
+from tqdm import tqdm
+
+from ampbench import engine, loader
+from ampbench.checkpoint_writer import CheckpointWriter
+from ampbench.precision import scale_tensor
+from ampbench.step import Totals
+
+log = logging.getLogger(__name__)
+
+
+def train_seed(job: engine.Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
+    """Train one seed; return {"result", "history", "state_dict"}. Raises Stopped after a stop."""
+    run = SeedTraining(job, hooks or engine.NullHooks(), resume, meta)
+    try:
+        for epoch in range(run.state["epoch"], job.cfg.train.epochs):
+            metrics = run.train_epoch(epoch)
+            metrics.update(run.evaluate(epoch))
+            if run.end_epoch(epoch, metrics):
+                break
+    finally:
+        run.writer.wait()  # joined on every way out; a failed write raises here
+    return run.summary()
+
+
+class SeedTraining:
+    """One seed's state between epochs: trainer, step, data, history, the checkpoint writer."""
+
+    def __init__(self, job: engine.Job, hooks, resume: dict | None, meta: dict | None) -> None:
+        t0 = time.perf_counter()
+        self.job, self.cfg, self.strategy, self.hooks = job, job.cfg, job.strategy, hooks
+        t, self.device = job.cfg.train, job.strategy.device
+        torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
+        self.batches = loader.make(t.loader, job.data, t.batch_size, job.strategy, job.seed, t.workers)
+        total = t.epochs * len(self.batches)
+        self.trainer = engine.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
+        self.step = engine.make_step(self.trainer, job.cfg, job.strategy)
+        self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
+        if resume:
+            self.trainer.load(resume)
+            self.state.update({k: resume[k] for k in ("epoch", "step", "history", "stats")})
+            self.state["elapsed"] = resume.get("elapsed", 0.0)
+            log.info("resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"],
+                     self.state["step"])  # fmt: skip
+        self.test = (job.data["test_images"].to(self.device), job.data["test_labels"].to(self.device))
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.result = {"diverged": False, **self.trainer.facts, **job.strategy.facts()}
+        self.writer = CheckpointWriter()
+        self.last_save = time.perf_counter()
+        self.times = {"eval_seconds": 0.0, "logging_seconds": 0.0, "setup_seconds": time.perf_counter() - t0}
+        if job.progress:
+            job.progress.start_seed(job.seed, self.state["epoch"], self.state["step"])
+
+    def train_epoch(self, epoch: int) -> dict:
+        """The epoch's steps (from a resumed step if any); raises Stopped on a requested stop."""
+        t, stats = self.cfg.train, self.step.stats
+        first = self.state["step"] if epoch == self.state["epoch"] else 0
+        torch.manual_seed((self.job.seed * 100_003 + epoch) * 4099 + self.strategy.rank)  # dropout
+        resumed = bool(first and self.state["stats"] is not None)
+        stats.reset(self.state["stats"] if resumed else None)
+        before = self.state.get("elapsed", 0.0) if resumed else 0.0  # a resumed epoch's first part
+        self.trainer.model.train()
+        engine.sync(self.device)
+        t0 = time.perf_counter()
+        n = len(self.batches)
+        bar = tqdm(
+            self.batches.epoch(epoch, first),
+            total=n,
+            initial=first,
+            leave=False,
+            desc=f"seed {self.job.seed} epoch {epoch + 1}/{t.epochs}",
+            disable=None if self.strategy.is_main else True,
+        )  # fmt: skip  None: off without a tty
+        for i, (images, labels) in enumerate(bar, start=first):
+            self.step(images, labels)
+            self.trainer.sched.step()
+            if self.job.progress:
+                self.job.progress.step(self.device)
+            # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
+            check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
+            if check and self.strategy.any(self.job.stop_requested()):
+                engine.sync(self.device)
+                self.save(epoch, i + 1, stats.snapshot(), before + time.perf_counter() - t0, wait=True)
+                raise engine.Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
+        engine.sync(self.device)
+        seconds = before + time.perf_counter() - t0
+        self.totals = stats.totals(self.strategy)
+        lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
+        scale = float(scale_tensor(self.trainer.scaler, self.device))
+        return epoch_metrics(self.totals, seconds, lr, scale)
+
+    def evaluate(self, epoch: int) -> dict:
+        t = self.cfg.train
+        if not (t.eval_each_epoch or epoch == t.epochs - 1):
+            return {}
+        t0 = time.perf_counter()
+        acc = engine.accuracy(self.trainer.raw_model, *self.test, t.eval_flip)
+        self.times["eval_seconds"] += time.perf_counter() - t0
+        return {"test_accuracy": acc}
+
+    def end_epoch(self, epoch: int, metrics: dict) -> bool:
+        """Divergence check, the epoch's record and checkpoint; True when training must stop."""
+        t, totals, scaler = self.cfg.train, self.totals, self.trainer.scaler
+        params = self.trainer.raw_model.parameters()
+        weights_ok = bool(torch.stack([p.isfinite().all() for p in params]).all())
+        diverged = (
+            not weights_ok
+            or (totals.nonfinite > 0 and not scaler.is_enabled())
+            or (scaler.is_enabled() and metrics["grad_scale"] < t.scale_floor)
+        )
+        self.state["history"].append({"epoch": epoch + 1, **metrics})
+        if diverged:
+            at = int(totals.first_bad) if totals.first_bad >= 0 else len(self.batches) - 1
+            self.result.update(diverged=True, diverged_epoch=epoch + 1, diverged_step=at)
+            log.warning("seed %d diverged at epoch %d step %d", self.job.seed, epoch + 1, at)
+        # Record first, then checkpoint: a kill in between re-runs this epoch on resume and logs
+        # the same values again, where the other order would lose this epoch's metrics.
+        t0 = time.perf_counter()
+        self.hooks.on_epoch(epoch + 1, metrics)
+        self.times["logging_seconds"] += time.perf_counter() - t0
+        last = epoch + 1 == t.epochs or diverged  # train.py writes model.pt next
+        if not last and time.perf_counter() - self.last_save >= t.checkpoint_every_s:
+            self.save(epoch + 1, 0, None)
+            self.last_save = time.perf_counter()
+        if self.job.progress:
+            self.job.progress.epoch_done(self.device)
+        return diverged
+
+    def save(self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0, wait: bool = False) -> None:
+        """Checkpoint (rank 0): written in the background unless `wait` (stop signals)."""
+        if not self.strategy.is_main:
+            return
+        self.state.update(epoch=epoch, step=step_in_epoch, stats=partial, elapsed=elapsed)
+        # metrics the tracking store has not taken yet: a re-run sends them
+        pending = self.hooks.state() if hasattr(self.hooks, "state") else None
+        full = {**self.state, **self.trainer.state(), "rng_cpu": torch.get_rng_state(), "seed": self.job.seed,
+                "hooks": pending}  # fmt: skip
+        self.writer.save(full, self.job.checkpoint_path, wait=wait)
+
+    def summary(self) -> dict:
+        hist = self.state["history"]
+        steady = hist[1:] or hist
+        self.result.update(
+            epochs_completed=len(hist),
+            train_seconds=sum(h["epoch_seconds"] for h in hist),
+            first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
+            images_per_second=sum(h["epoch_images_per_second"] for h in steady) / max(1, len(steady)),
+            peak_memory_mb=engine.peak_memory_mb(self.device),
+            final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
+            final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
+            checkpoint_seconds=self.writer.blocked_seconds,
+            checkpoints_written=self.writer.writes,
+            **self.times,
+        )
+        return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
+
+
+def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float) -> dict:
+    """The epoch's record (flat keys; tracking maps them to MLflow's sectioned names)."""
+    return {
+        "train_loss": totals.loss_sum / totals.finite if totals.finite else math.nan,  # finite-loss steps
+        "train_accuracy": totals.correct / max(1, totals.count),
+        "epoch_seconds": seconds,
+        "epoch_images_per_second": totals.count / seconds,
+        "lr": lr,
+        "grad_scale": scale,
+        "skipped_steps": totals.skipped,
+        "nonfinite_losses": totals.nonfinite,
+    }

@@ -1,0 +1,43 @@
+"""Where a stage's seconds go: the process's age, and the stage's breakdown for MLflow (`time/*`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+
+def process_age() -> float:
+    """Seconds since this process started (interpreter start and imports included), from the kernel's
+    record of it (/proc); nan where there is no /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return math.nan
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+class StageClock:
+    """Named parts of a stage, each timed from the end of the previous one: `mark("setup")` after the
+    set-up is done records its seconds. ``breakdown()`` adds the start-up (process start to this
+    clock's creation) and the stage total, as `time/<part>_seconds` MLflow metric names."""
+
+    def __init__(self) -> None:
+        self.startup = process_age()
+        self.t0 = self.last = time.perf_counter()
+        self.parts: dict[str, float] = {}
+
+    def mark(self, part: str) -> float:
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        self.parts[part] = self.parts.get(part, 0.0) + seconds
+        return seconds
+
+    def breakdown(self) -> dict[str, float]:
+        out = {"time/startup_seconds": self.startup}
+        out.update({f"time/{k}_seconds": v for k, v in self.parts.items()})
+        out["time/stage_seconds"] = self.startup + time.perf_counter() - self.t0
+        return {k: v for k, v in out.items() if not math.isnan(v)}
