@@ -11,8 +11,8 @@ from conftest import run_cli
 def test_bench_on_cpu(project: Path):
     out = project / "reports" / "bench"
     run_cli(project, "bench", "--variants", "single-fp32,single-autocast_gradscaler", "--batch-size", "20",
-            "--steps", "2", "--warmup", "1", "--workers", "0", "--profile", "2",
-            "--out", str(out))  # fmt: skip
+            "--steps", "2", "--windows", "3", "--warmup", "1", "--workers", "0",
+            "--max-images", "40", "--profile", "2", "--out", str(out))  # fmt: skip
     res = json.loads(out.with_suffix(".json").read_text())
     measures = [(r["measure"], r["variant"]) for r in res["rows"]]
     assert measures == [
@@ -20,16 +20,28 @@ def test_bench_on_cpu(project: Path):
         ("pipeline", "single-autocast_gradscaler"), ("ceiling", "single-autocast_gradscaler"),
         ("dataloader (0 workers)", "single-autocast_gradscaler"),
     ]  # fmt: skip
+    assert res["windows"] == 3 and res["pipeline_steps"] == 2  # 40 images, batch 20: whole epochs
     for r in res["rows"]:
-        assert r["images_per_second"] > 0
+        ips = r["windows"]
+        assert len(ips) == 3 and min(ips) > 0
+        assert r["images_per_second_min"] <= r["images_per_second"] <= r["images_per_second_max"]
+        assert r["images_per_second"] == sorted(ips)[1]  # the median
+        assert (r["images_per_second_min"], r["images_per_second_max"]) == (min(ips), max(ips))
         assert abs(r["ms_per_step"] * r["images_per_second"] / 1e3 - 20) < 1e-6  # batch 20
-        assert r["fraction_of_ceiling"] > 0
+        assert r["warmup_seconds"] > 0  # measured, apart from the windows
+    # Every ratio is one of medians of this run.
+    ceiling = {r["variant"]: r["images_per_second"] for r in res["rows"] if r["measure"] == "ceiling"}
+    for r in res["rows"]:
+        assert r["fraction_of_ceiling"] == r["images_per_second"] / ceiling[r["variant"]]
     assert [r["amp_dtype"] for r in res["rows"][:2]] == ["float32", "float32"]
     assert res["rows"][2]["amp_dtype"] == "bfloat16"
     assert 0.01 < res["gflop_per_image"] < 1  # counted by torch's FLOP counter, tiny model
     assert res["tf32"] is False and res["batch"] == 20
     md = out.with_suffix(".md").read_text()
-    assert "| pipeline | single-fp32 |" in md
+    assert "Median and min–max over 3 windows per measure" in md
+    pipe = res["rows"][0]
+    lo, hi = f"{pipe['images_per_second_min']:,.0f}", f"{pipe['images_per_second_max']:,.0f}"
+    assert f"| pipeline | single-fp32 | float32 | {pipe['images_per_second']:,.0f} | {lo}–{hi} |" in md
     # --profile: per-operator time of the ceiling step (CPU), per variant, busiest first.
     assert set(res["profiles"]) == {"single-fp32", "single-autocast_gradscaler"}
     for name, prof in res["profiles"].items():
@@ -48,3 +60,9 @@ def test_bench_refuses_ddp(project: Path):
     proc = run_cli(project, "bench", "--variants", "ddp-fp32", check=False)
     assert proc.returncode == 1
     assert "ddp-fp32 not benchmarkable" in proc.stderr
+
+
+def test_bench_refuses_zero_windows(project: Path):
+    proc = run_cli(project, "bench", "--windows", "0", check=False)
+    assert proc.returncode == 2  # argparse's usage error, before anything runs
+    assert "--windows: must be at least 1, got 0" in proc.stderr

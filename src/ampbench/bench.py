@@ -4,22 +4,30 @@
 
 For each variant (``single`` or ``dp``) at one batch size, in one process:
 - **pipeline**: the real training loop (device-resident data and augmentation, the same step the
-  ``train`` stage runs), timed over one full epoch after a warm-up;
+  ``train`` stage runs); a window is one full epoch, each window a new epoch;
 - **ceiling**: the bare training step replayed from a CUDA graph on one fixed, resident batch
-  (on CPU: the eager step on a fixed batch), the most this model and batch can do here;
+  (on CPU: the eager step on a fixed batch), the most this model and batch can do here; a window
+  is ``--steps`` steps;
 - **dataloader** (once, in the last variant's precision): the tutorial's input pipeline, a torch
-  DataLoader with PIL-based torchvision transforms and ``--workers`` workers, feeding that step.
+  DataLoader with PIL-based torchvision transforms and ``--workers`` workers, feeding that step;
+  a window is ``--steps`` steps within one epoch (at most the epoch).
 
-Clocks are read only after ``torch.cuda.synchronize``; warm-up steps (graph capture, cuDNN
-autotuning, worker start-up) are excluded and reported separately. TF32 is off, as in training.
+Each measure is timed in ``--windows`` windows and reported as the median (min–max and every
+window in the JSON): one window on a shared GPU can be hit by someone else's work. A variant's
+two trainers are set up and warmed up first, then pipeline and ceiling windows alternate, so a
+slow spell hits both; ratios are medians of the same run. Clocks are read only after
+``engine.sync``; warm-up steps (graph capture, cuDNN autotuning) and worker start-up stay out of
+the windows and are reported separately. TF32 is off, as in training.
 Writes ``<out>.md`` and ``<out>.json``. With ``--profile N`` it also lists the time per kernel (CPU:
 per operator) of N ceiling steps per variant, from torch.profiler: where the step's time goes.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -43,38 +51,64 @@ def train_flops_per_image(cfg, num_classes: int) -> float:
     return counter.get_total_flops() / 2
 
 
-def _timed(fn, steps: int, warmup: int, device) -> tuple[float, float]:
-    """(seconds per step, warm-up seconds); the device is synchronised before each clock read."""
+def _clock(device) -> float:
+    """perf_counter after the device has finished all queued work (so the reading means it)."""
     engine.sync(device)
-    t0 = time.perf_counter()
-    for _ in range(warmup):
+    return time.perf_counter()
+
+
+def _seconds(fn, calls: int, device) -> float:
+    """Wall seconds of `calls` calls of fn, device work included."""
+    t0 = _clock(device)
+    for _ in range(calls):
         fn()
-    engine.sync(device)
-    t1 = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    engine.sync(device)
-    return (time.perf_counter() - t1) / steps, t1 - t0
+    return _clock(device) - t0
+
+
+def _epochs(batches, first: int):
+    """Batches of epochs first, first + 1, ... without end (each epoch reshuffles and re-augments)."""
+    return (b for e in itertools.count(first) for b in batches.epoch(e))
+
+
+def _warm_steps(step, warmup: int) -> int:
+    # With a CUDA graph, at least its eager warm-up steps plus the capture stay out of every
+    # window. With train.cudnn_benchmark those eager steps also run cuDNN's algorithm search for
+    # the one batch shape there is (the loaders drop the last partial batch), so no capture
+    # records a search and no window pays for one.
+    return max(warmup, step.warmup_steps + 1) if step.use_graph else warmup
 
 
 def _trainer(cfg, variant: str, dataset: dict, strategy):
     prec = precision.PRECISIONS[variant.split("-", 1)[1]]
     torch.manual_seed(0)
-    if strategy.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     trainer = engine.setup(cfg, prec, strategy, 10, 10**6)
     return engine.make_step(trainer, cfg, strategy), trainer.facts
 
 
-def _row(what, variant, batch, sec, warm, flops, device, facts) -> dict:
-    ips = batch / sec
-    peak = (
-        torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else engine.peak_memory_mb(device)
-    )
-    return {"measure": what, "variant": variant, "batch": batch, "images_per_second": ips,
-            "ms_per_step": sec * 1e3, "warmup_seconds": warm, "tflops": ips * flops / 1e12,
-            "peak_memory_mb": peak, "amp_dtype": facts["amp_dtype"],
-            "cuda_graph": facts["cuda_graph_used"]}  # fmt: skip
+class Measure:
+    """One measure's windows: seconds per step of each, and the peak memory seen while timing."""
+
+    def __init__(self, name: str, variant: str, facts: dict, warmup_seconds: float):
+        self.name, self.variant, self.facts, self.warm = name, variant, facts, warmup_seconds
+        self.sec_per_step: list[float] = []
+        self.peak_mb = 0.0
+
+    def window(self, fn, calls: int, device) -> None:
+        """Time one window of `calls` calls of fn, each one training step."""
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        self.sec_per_step.append(_seconds(fn, calls, device) / calls)
+        self.peak_mb = max(self.peak_mb, engine.peak_memory_mb(device))
+
+    def row(self, batch: int, flops: float) -> dict:
+        ips = [batch / s for s in self.sec_per_step]
+        med = statistics.median(ips)
+        return {"measure": self.name, "variant": self.variant, "batch": batch,
+                "images_per_second": med, "ms_per_step": batch / med * 1e3,
+                "images_per_second_min": min(ips), "images_per_second_max": max(ips),
+                "windows": ips, "warmup_seconds": self.warm, "tflops": med * flops / 1e12,
+                "peak_memory_mb": self.peak_mb, "amp_dtype": self.facts["amp_dtype"],
+                "cuda_graph": self.facts["cuda_graph_used"]}  # fmt: skip
 
 
 def kernel_profile(fn, steps: int, device) -> dict:
@@ -97,62 +131,104 @@ def kernel_profile(fn, steps: int, device) -> dict:
             "kernels": kernels}  # fmt: skip
 
 
+def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps):
+    """Pipeline and ceiling of one variant, their windows interleaved so a slow spell hits both."""
+    strategy = parallel.make(variant.split("-", 1)[0])
+    device = strategy.setup()
+    precision.disable_tf32()
+    batch = cfg.train.batch_size
+    pipe_step, facts = _trainer(cfg, variant, dataset, strategy)
+    ceil_step, ceil_facts = _trainer(cfg, variant, dataset, strategy)
+    batches = loader.make("device", dataset, batch, strategy, 0, 0)
+    # Warm-up, outside the windows: the real loop on the first epoch(s), then the bare step on
+    # one fixed batch. Both trainers are ready (graphs captured) before the first window.
+    warm = _warm_steps(pipe_step, warmup)
+    it = _epochs(batches, 0)
+    pipe = Measure("pipeline", variant, facts, _seconds(lambda: pipe_step(*next(it)), warm, device))
+    it.close()  # frees the rest of its epoch's augmented images
+    first_epoch = -(-warm // len(batches))  # windows start on a fresh epoch
+    # A batch of an epoch no window trains on; cloned so the rest of that epoch can be freed.
+    x, y = (t.clone() for t in next(batches.epoch(first_epoch + windows)))
+
+    def fixed():
+        ceil_step(x, y)
+
+    ceil_warm = _seconds(fixed, _warm_steps(ceil_step, warmup), device)
+    ceil = Measure("ceiling", variant, ceil_facts, ceil_warm)
+    for w in range(windows):
+        epoch = batches.epoch(first_epoch + w)  # a full epoch, its augmentation included
+        pipe.window(lambda e=epoch: pipe_step(*next(e)), len(batches), device)
+        ceil.window(fixed, steps, device)
+    prof = kernel_profile(fixed, profile_steps, device) if profile_steps else None
+    return pipe, ceil, prof, strategy
+
+
+def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, workers) -> Measure:
+    """The tutorial's DataLoader feeding the step; each window runs within one epoch."""
+    device, batch = strategy.device, cfg.train.batch_size
+    step, facts = _trainer(cfg, variant, dataset, strategy)
+    tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
+    warm = _warm_steps(step, warmup)
+    it = _epochs(tl, 0)
+    m = Measure(f"dataloader ({workers} workers)", variant, facts,
+                _seconds(lambda: step(*next(it)), warm, device))  # fmt: skip
+    it.close()  # its workers stop here, outside any window
+    for w in range(windows):
+        # Each epoch starts new worker processes: start them and wait for the first batch before
+        # the clock starts, and stay within the epoch, so no window pays a start-up.
+        epoch = tl.epoch(-(-warm // len(tl)) + w)
+        batches = itertools.chain([next(epoch)], epoch)
+        m.window(lambda b=batches: step(*next(b)), min(steps, len(tl)), device)
+        epoch.close()
+    return m
+
+
 def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, workers: int,
-        profile_steps: int = 0) -> dict:  # fmt: skip
+        profile_steps: int = 0, windows: int = 5) -> dict:  # fmt: skip
+    if windows < 1 or steps < 1:
+        raise ValueError(f"--windows and --steps must be at least 1 (got {windows} and {steps})")
     batch = cfg.train.batch_size
     flops = train_flops_per_image(cfg, len(dataset["classes"]))
     rows, profiles = [], {}
     for variant in variants:
-        strategy = parallel.make(variant.split("-", 1)[0])
-        device = strategy.setup()
-        precision.disable_tf32()
-        # Pipeline: the real loader and step, one full epoch after `warmup` steps of another.
-        step, facts = _trainer(cfg, variant, dataset, strategy)
-        batches = loader.make("device", dataset, batch, strategy, 0, 0)
-        warm_iter = batches.epoch(0)
-        for _ in range(min(warmup, len(batches))):
-            step(*next(warm_iter))
-        epoch_iter = batches.epoch(1)
-        sec, _ = _timed(lambda s=step, it=epoch_iter: s(*next(it)), len(batches), 0, device)
-        rows.append(_row("pipeline", variant, batch, sec, 0.0, flops, device, facts))
-        # Ceiling: the bare step on one fixed, resident batch (graph-replayed on CUDA).
-        step, facts = _trainer(cfg, variant, dataset, strategy)
-        x, y = next(batches.epoch(2))
-        # At least the graph's eager warm-up steps plus its capture stay out of the timed steps.
-        warm_steps = max(warmup, step.warmup_steps + 1)
-        sec, warm = _timed(lambda s=step, b=(x, y): s(*b), steps, warm_steps, device)
-        rows.append(_row("ceiling", variant, batch, sec, warm, flops, device, facts))
-        if profile_steps:
-            profiles[variant] = kernel_profile(lambda s=step, b=(x, y): s(*b), profile_steps, device)
-            profiles[variant]["ms_per_step"] = sec * 1e3
-        log.info("%s: pipeline %.0f img/s, ceiling %.0f img/s", variant, rows[-2]["images_per_second"],
-                 rows[-1]["images_per_second"])  # fmt: skip
-    # Reference: the tutorial's DataLoader pipeline feeding the same step (last variant).
-    step, facts = _trainer(cfg, variants[-1], dataset, strategy)
-    tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
-    it = (b for e in range(10**6) for b in tl.epoch(e))
-    sec, warm = _timed(lambda: step(*next(it)), steps, warmup, device)
-    rows.append(_row(f"dataloader ({workers} workers)", variants[-1], batch, sec, warm, flops, device, facts))
+        pipe, ceil, prof, strategy = measure_variant(cfg, variant, dataset, steps, warmup, windows,
+                                                     profile_steps)  # fmt: skip
+        rows += [pipe.row(batch, flops), ceil.row(batch, flops)]
+        if prof:
+            profiles[variant] = {**prof, "ms_per_step": rows[-1]["ms_per_step"]}
+        log.info("%s: pipeline %.0f img/s, ceiling %.0f img/s (medians of %d windows)", variant,
+                 rows[-2]["images_per_second"], rows[-1]["images_per_second"], windows)  # fmt: skip
+    dl = measure_dataloader(cfg, variants[-1], dataset, strategy, steps, warmup, windows, workers)
+    rows.append(dl.row(batch, flops))
+    # Every ratio is one of medians from this run.
     ceilings = {r["variant"]: r["images_per_second"] for r in rows if r["measure"] == "ceiling"}
     for r in rows:
         r["fraction_of_ceiling"] = r["images_per_second"] / ceilings[r["variant"]]
+    steps_per_epoch = len(dataset["train_labels"]) // batch
     return {"hardware": strategy.facts()["device_name"], "torch": torch.__version__,
-            "tf32": False, "batch": batch, "steps": steps, "warmup": warmup,
+            "tf32": False, "batch": batch, "steps": steps, "warmup": warmup, "windows": windows,
+            "pipeline_steps": steps_per_epoch, "dataloader_steps": min(steps, steps_per_epoch),
+            "cudnn_benchmark": cfg.train.cudnn_benchmark,
             "gflop_per_image": flops / 1e9, "rows": rows, "profiles": profiles}  # fmt: skip
 
 
 def to_markdown(res: dict) -> str:
     lines = [
-        f"Hardware: {res['hardware']}; torch {res['torch']}; TF32 off; batch {res['batch']}; "
-        f"{res['gflop_per_image']:.3f} GFLOP per training image (counted); timed steps {res['steps']} "
-        f"after {res['warmup']} warm-up steps (pipeline: one full epoch after warm-up).",
+        f"Hardware: {res['hardware']}; torch {res['torch']}; TF32 off; cudnn.benchmark "
+        f"{'on' if res['cudnn_benchmark'] else 'off'}; batch {res['batch']}; "
+        f"{res['gflop_per_image']:.3f} GFLOP per training image (counted). Median and min–max over "
+        f"{res['windows']} windows per measure: pipeline one full epoch ({res['pipeline_steps']} "
+        f"steps) and ceiling {res['steps']} steps, alternating; dataloader {res['dataloader_steps']} "
+        f"steps; each trainer warmed up first ({res['warmup']}+ steps, graph capture included).",
         "",
-        "| measure | variant | amp dtype | images/s | ms/step | of ceiling | TFLOP/s | peak MB | warm-up s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| measure | variant | amp dtype | images/s (median) | min–max | ms/step | of ceiling | TFLOP/s "
+        "| peak MB | warm-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         lines.append(
             f"| {r['measure']} | {r['variant']} | {r['amp_dtype']} | {r['images_per_second']:,.0f} "
+            f"| {r['images_per_second_min']:,.0f}–{r['images_per_second_max']:,.0f} "
             f"| {r['ms_per_step']:.2f} | {r['fraction_of_ceiling']:.0%} | {r['tflops']:.1f} "
             f"| {r['peak_memory_mb']:,.0f} | {r['warmup_seconds']:.2f} |"
         )
@@ -185,7 +261,7 @@ def main(cfg, args, data_file: Path) -> dict:
     if args.max_images:
         n = args.max_images
         dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
-    res = run(cfg, variants, dataset, args.steps, args.warmup, args.workers, args.profile)
+    res = run(cfg, variants, dataset, args.steps, args.warmup, args.workers, args.profile, args.windows)
     res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

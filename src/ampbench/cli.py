@@ -68,7 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
     b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
-    b.add_argument("--steps", type=int, default=50, help="timed steps per measurement")
+    b.add_argument("--steps", type=_at_least_one, default=50,
+                   help="timed steps per ceiling and dataloader window (pipeline: one epoch)")  # fmt: skip
+    b.add_argument("--windows", type=_at_least_one, default=5,
+                   help="timed windows per measure, reported as median and min-max")  # fmt: skip
     b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
     b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
     b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
@@ -77,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
                         "the time per GPU kernel (CPU: per operator); 0: off")  # fmt: skip
     b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
     return p
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
