@@ -12,7 +12,6 @@ import http.server
 import io
 import os
 import pickle
-import socket
 import tarfile
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 import torchvision
 
 from ampbench import data, fetch
+from conftest import free_port
 
 TRAIN_PER_BATCH, N_TEST = 20, 30  # 5 batches -> 100 train images, 10 per class
 # The tests encode images with torchvision.io, which warns that it prefers torchcodec.
@@ -153,7 +153,8 @@ def server():
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = httpd.server_port
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for it, once per test that uses the server.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield state
     httpd.shutdown()
@@ -265,9 +266,7 @@ def test_cached_file_with_bad_checksum_is_replaced(official, server, cifar_tarba
 
 
 def test_unreachable_url_names_url_and_fix(tmp_path):
-    with socket.socket() as s:  # grab a free port, then close it so nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # closed again: nothing listens there
     url = f"http://127.0.0.1:{port}/cifar-10-python.tar.gz"
     with pytest.raises(data.DataError, match="data.url") as err:
         fetch.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
@@ -507,6 +506,7 @@ def test_image_folder_without_ten_classes_warns_and_records_the_count(tmp_path, 
     assert data.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
 
 
+@pytest.mark.slow
 def test_download_records_the_class_count_in_source_json(project, tmp_path):
     import json
 
