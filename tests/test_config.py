@@ -158,8 +158,10 @@ def test_largest_seed_is_usable_by_the_rng_arithmetic():
     import torch
 
     cfg = load_config(REPO / "params.yaml", ["train.seeds=[2147483647]"])
-    seed = cfg.train.seeds[0]
-    torch.Generator().manual_seed((seed * 100_003 + 10_000) * 4099 + 63)  # raises if out of range
+    (seed,) = cfg.train.seeds
+    assert seed == 2**31 - 1
+    largest = (seed * 100_003 + 10_000) * 4099 + 63
+    assert torch.Generator().manual_seed(largest).initial_seed() == largest  # raises if out of range
 
 
 def test_variants_are_accepted_and_validated(tmp_path: Path):

@@ -462,7 +462,9 @@ def test_momentum_buffers_start_at_zero():
     cfg = _tiny_cfg()
     prec = precision.PRECISIONS["autocast_gradscaler"]
     raw, _, opt, *_ = engine.setup(cfg, prec, parallel.Single(), 10, 10)
-    for p in raw.parameters():
+    params = list(raw.parameters())
+    assert params and all("momentum_buffer" in opt.state[p] for p in params)
+    for p in params:
         torch.testing.assert_close(opt.state[p]["momentum_buffer"], torch.zeros_like(p), rtol=0, atol=0)
 
 
