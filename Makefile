@@ -6,13 +6,17 @@
 #                         CUDA it first says how long that takes here (ampbench estimate)
 #   make run DATA=<path or URL>   the same pipeline from another data source (offline mirror)
 #   make test             create .venv if needed, install, ruff check, ruff format --check, pytest
+#                         (everything; what CI runs)
+#   make test-fast        the same lint, then the unit tests only (pytest -m "not slow"): under a
+#                         minute on 2 cores; the end-to-end tests (stages as subprocesses, the
+#                         pipeline, dvc, mlflow server, browser) are marked slow
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo.
 DATA_URL = $(if $(findstring ://,$(DATA)),$(DATA),$(abspath $(DATA)))
 
-.PHONY: install run demo test lint clean clean-demo
+.PHONY: install run demo test test-fast lint clean clean-demo
 
 install: $(VENV)/.installed
 
@@ -50,6 +54,9 @@ lint: install
 
 test: lint
 	pytest
+
+test-fast: lint
+	pytest -m "not slow"
 
 clean:
 	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.*

@@ -1,7 +1,10 @@
-"""Shared fixtures: a tiny prepared dataset and a throwaway project folder to run stages in.
+"""Shared test helpers: a tiny prepared dataset, throwaway project folders, the stages as
+subprocesses, MLflow stores and servers, and process bookkeeping. Test files import helpers from
+here (never from each other); fixtures defined here are available in every test file.
 
 Stages run as real subprocesses (`python -m ampbench ...`) in a temporary copy of the project's
-params.yaml and dvc.yaml, shrunk so that a whole train stage takes seconds on 2 CPU cores.
+params.yaml and dvc.yaml, shrunk so that a whole train stage takes seconds on 2 CPU cores. Tests
+that do so are end-to-end and marked `slow` (`make test-fast` leaves them out).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent  # dvc, mlflow, torchrun of the venv that runs the tests
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 # What every test project overrides in params.yaml: tiny model, tiny batches, two epochs.
@@ -82,22 +86,33 @@ def write_params(project: Path, **sections) -> dict:
     return params
 
 
+def new_project(folder: Path, per_class: int = 6, **sections) -> Path:
+    """`folder` with dvc.yaml, params.yaml (TINY plus `sections`) and a prepared tiny dataset."""
+    from ampbench import data
+
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
+    write_params(folder, **sections)
+    data.save_dataset(make_dataset(per_class), folder / "data" / "prepared" / "cifar10.pt")
+    return folder
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A folder with params.yaml (tiny), dvc.yaml and a prepared tiny dataset."""
-    from ampbench import data
-
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    shutil.copy(REPO / "dvc.yaml", proj / "dvc.yaml")
-    write_params(proj)
-    data.save_dataset(make_dataset(), proj / "data" / "prepared" / "cifar10.pt")
-    return proj
+    return new_project(tmp_path / "proj")
 
 
 def clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def venv_env(**extra: str) -> dict:
+    """clean_env with the venv first on PATH (DVC runs `ampbench ...` through the shell)."""
+    env = clean_env(**extra)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
@@ -113,16 +128,19 @@ def run_cli(project: Path, *args: str, env: dict | None = None, timeout: float =
     return proc
 
 
-def mlflow_client(project: Path):
+def mlflow_client(store: Path | str):
+    """A client of a project's sqlite store (`store`: the project folder) or of a tracking URI."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    return MlflowClient(store if isinstance(store, str) else f"sqlite:///{store / 'mlflow.db'}")
 
 
-def runs(project: Path, experiment: str = "cifar10-amp") -> list:
-    client = mlflow_client(project)
+def runs(store: Path | str, experiment: str = "cifar10-amp", kind: str | None = None) -> list:
+    """The runs of an experiment; `kind`: only those tagged ampbench.kind=variant|seed|compare."""
+    client = mlflow_client(store)
     exp = client.get_experiment_by_name(experiment)
-    return client.search_runs([exp.experiment_id]) if exp else []
+    found = client.search_runs([exp.experiment_id], max_results=1000) if exp else []
+    return [r for r in found if kind is None or r.data.tags.get("ampbench.kind") == kind]
 
 
 def free_port() -> int:
@@ -142,7 +160,7 @@ class MlflowServer:
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 120) -> MlflowServer:
-        mlflow = Path(sys.executable).parent / "mlflow"
+        mlflow = VENV_BIN / "mlflow"
         self.proc = subprocess.Popen(
             [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
              "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
@@ -163,18 +181,105 @@ class MlflowServer:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            for child in _children(self.proc.pid):  # gunicorn/uvicorn workers
+            for child in descendants(self.proc.pid):  # gunicorn/uvicorn workers
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)
             self.proc.kill()
             self.proc.wait(30)
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+# ------------------------------------------------------------------ processes started by tests
+def descendants(pid: int) -> list[int]:
+    """All live descendants of pid (Linux /proc), e.g. torchrun and its workers."""
+    children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                child = int(stat.parent.name)
-                out += [child, *_children(child)]
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
     return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Procs:
+    """Starts `python -m ampbench` / dvc in the background; kills what is left at teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+        self.adopted: list[int] = []  # DDP workers: torchrun starts them in sessions of their own
+
+    def start(self, project: Path, *args: str, env: dict | None = None, name: str = "train",
+              cmd: list[str] | None = None) -> subprocess.Popen:  # fmt: skip
+        with open(project / f"{name}.log", "w") as log:
+            proc = subprocess.Popen(
+                cmd or [sys.executable, "-m", "ampbench", *args], cwd=project, env=env or venv_env(),
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self.started.append(proc)
+        return proc
+
+    def adopt(self, pids: list[int]) -> list[int]:
+        self.adopted += pids
+        return pids
+
+    def cleanup(self) -> None:
+        for pid in self.adopted:  # only if still ours: an ampbench or torchrun process
+            with contextlib.suppress(OSError):
+                if alive(pid) and b"ampbench" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+        for proc in self.started:
+            if proc.poll() is None:
+                for pid in [*descendants(proc.pid), proc.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.wait(30)
+
+
+@pytest.fixture
+def procs():
+    p = Procs()
+    yield p
+    p.cleanup()
+
+
+# ------------------------------------------------------------- long runs, killed and resumed
+# Long enough to be killed mid-run: 24 images per class / batch 20 = 12 steps (~1 s) per epoch.
+LONG_DATA, LONG_EPOCHS = 24, 4
+
+
+def long_project(folder: Path, per_class: int = LONG_DATA, epochs: int = LONG_EPOCHS, **train) -> Path:
+    return new_project(folder, per_class, train={"epochs": epochs, **train})
+
+
+def load_pt(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, path: Path, log: Path, min_epoch: int = 1,
+                        timeout: float = 240) -> dict:  # fmt: skip
+    """Poll until `path` holds a checkpoint of at least `min_epoch` completed epochs."""
+    deadline, seen = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"exit {proc.returncode} before an epoch-{min_epoch} checkpoint:\n{log.read_text()}")
+        try:
+            mtime = path.stat().st_mtime_ns
+            if mtime != seen:
+                seen, state = mtime, load_pt(path)
+                if state["epoch"] >= min_epoch:
+                    return state
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"no checkpoint at epoch {min_epoch} within {timeout} s:\n{log.read_text()}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
 
 
+@pytest.mark.slow
 def test_bench_on_cpu(project: Path):
     out = project / "reports" / "bench"
     run_cli(project, "bench", "--variants", "single-fp32,single-autocast_gradscaler", "--batch-size", "20",

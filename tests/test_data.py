@@ -1,4 +1,5 @@
-"""Tests for ampbench.data: download, verification, safe extraction, readers and subsets.
+"""Tests for ampbench.fetch and ampbench.data: download, verification, safe extraction, readers
+and subsets.
 
 Everything runs against tiny archives built in tmp_path and served from 127.0.0.1, so no network
 is needed. The official-URL path is exercised by pointing CIFAR10_URL/CIFAR10_MD5 at the fake.
@@ -11,7 +12,6 @@ import http.server
 import io
 import os
 import pickle
-import socket
 import tarfile
 import threading
 from pathlib import Path
@@ -21,7 +21,8 @@ import pytest
 import torch
 import torchvision
 
-from ampbench import data
+from ampbench import data, fetch
+from conftest import free_port
 
 TRAIN_PER_BATCH, N_TEST = 20, 30  # 5 batches -> 100 train images, 10 per class
 # The tests encode images with torchvision.io, which warns that it prefers torchcodec.
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWa
 
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch):
-    monkeypatch.setattr(data, "_BACKOFF_S", 0.0)  # retries must not slow the suite down
+    monkeypatch.setattr(fetch, "_BACKOFF_S", 0.0)  # retries must not slow the suite down
 
 
 def _files_in(folder: Path) -> set[str]:
@@ -152,7 +153,8 @@ def server():
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = httpd.server_port
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for it, once per test that uses the server.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield state
     httpd.shutdown()
@@ -165,8 +167,8 @@ def official(server, cifar_tarball, monkeypatch) -> str:
     """Serve the fake tarball as if it were the official URL, with its MD5 as the official MD5."""
     server.files["cifar-10-python.tar.gz"] = cifar_tarball
     url = server.url("cifar-10-python.tar.gz")
-    monkeypatch.setattr(data, "CIFAR10_URL", url)
-    monkeypatch.setattr(data, "CIFAR10_MD5", hashlib.md5(cifar_tarball).hexdigest())
+    monkeypatch.setattr(fetch, "CIFAR10_URL", url)
+    monkeypatch.setattr(fetch, "CIFAR10_MD5", hashlib.md5(cifar_tarball).hexdigest())
     return url
 
 
@@ -210,16 +212,16 @@ def test_prepare_balanced_subset(official, tmp_path):
 # ---------------------------------------------------------------- checksums and retries
 def test_corrupt_download_is_retried(official, server, tmp_path):
     server.mode, server.bad_first = "corrupt", 1
-    path = data.fetch(official, tmp_path / "cache")
+    path = fetch.fetch(official, tmp_path / "cache")
     assert server.requests == 2
-    assert hashlib.md5(path.read_bytes()).hexdigest() == data.CIFAR10_MD5
+    assert hashlib.md5(path.read_bytes()).hexdigest() == fetch.CIFAR10_MD5
 
 
 def test_always_corrupt_download_is_rejected(official, server, tmp_path):
     server.mode, server.bad_first = "corrupt", 99
     cache = tmp_path / "cache"
-    with pytest.raises(data.DataError, match=data.CIFAR10_MD5) as err:
-        data.fetch(official, cache, retries=3)
+    with pytest.raises(data.DataError, match=fetch.CIFAR10_MD5) as err:
+        fetch.fetch(official, cache, retries=3)
     assert "mismatch" in str(err.value) and official in str(err.value)
     assert server.requests == 3
     assert list(cache.iterdir()) == []  # neither the final file nor a .part
@@ -230,12 +232,12 @@ def test_truncated_download_is_retried_and_never_kept(server, tmp_path):
     server.files["blob.bin"] = body
     server.mode, server.bad_first = "truncate", 1
     cache = tmp_path / "cache"
-    assert data.fetch(server.url("blob.bin"), cache).read_bytes() == body
+    assert fetch.fetch(server.url("blob.bin"), cache).read_bytes() == body
     assert server.requests == 2
 
     server.bad_first = 99
     with pytest.raises(data.DataError, match="short read"):
-        data.fetch(server.url("blob.bin"), tmp_path / "cache2", retries=2)
+        fetch.fetch(server.url("blob.bin"), tmp_path / "cache2", retries=2)
     assert list((tmp_path / "cache2").iterdir()) == []
 
 
@@ -245,13 +247,13 @@ def test_sha256_is_verified(server, tmp_path):
     server.files["a.tar.gz"] = body
     local = tmp_path / "a.tar.gz"
     local.write_bytes(body)
-    assert data.fetch(server.url("a.tar.gz"), tmp_path / "c1", sha256=good).read_bytes() == body
-    assert data.fetch(str(local), tmp_path / "c2", sha256=good) == local  # used in place
-    assert data.fetch(local.as_uri(), tmp_path / "c2", sha256=good) == local
+    assert fetch.fetch(server.url("a.tar.gz"), tmp_path / "c1", sha256=good).read_bytes() == body
+    assert fetch.fetch(str(local), tmp_path / "c2", sha256=good) == local  # used in place
+    assert fetch.fetch(local.as_uri(), tmp_path / "c2", sha256=good) == local
     with pytest.raises(data.DataError, match=wrong):
-        data.fetch(str(local), tmp_path / "c2", sha256=wrong)
+        fetch.fetch(str(local), tmp_path / "c2", sha256=wrong)
     with pytest.raises(data.DataError, match=good):  # message shows the actual digest too
-        data.fetch(server.url("a.tar.gz"), tmp_path / "c3", sha256=wrong, retries=2)
+        fetch.fetch(server.url("a.tar.gz"), tmp_path / "c3", sha256=wrong, retries=2)
     assert list((tmp_path / "c3").iterdir()) == []
 
 
@@ -259,23 +261,21 @@ def test_cached_file_with_bad_checksum_is_replaced(official, server, cifar_tarba
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "cifar-10-python.tar.gz").write_bytes(b"stale")
-    path = data.fetch(official, cache)
+    path = fetch.fetch(official, cache)
     assert path.read_bytes() == cifar_tarball and server.requests == 1
 
 
 def test_unreachable_url_names_url_and_fix(tmp_path):
-    with socket.socket() as s:  # grab a free port, then close it so nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # closed again: nothing listens there
     url = f"http://127.0.0.1:{port}/cifar-10-python.tar.gz"
     with pytest.raises(data.DataError, match="data.url") as err:
-        data.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
+        fetch.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
     assert url in str(err.value) and "network" in str(err.value)
 
 
 def test_missing_local_source(tmp_path):
     with pytest.raises(data.DataError, match="does not exist"):
-        data.fetch(str(tmp_path / "nope.tar.gz"), tmp_path / "cache")
+        fetch.fetch(str(tmp_path / "nope.tar.gz"), tmp_path / "cache")
 
 
 # ---------------------------------------------------------------- safe extraction
@@ -313,7 +313,7 @@ def test_unsafe_archive_is_refused(tmp_path, make, why):
     work = tmp_path / "work"
     work.mkdir()
     with pytest.raises(data.DataError, match=why) as err:
-        data.safe_extract(archive, work / "dest")
+        fetch.safe_extract(archive, work / "dest")
     assert "member" in str(err.value) and "evil.tar.gz" in str(err.value)
     assert _files_in(tmp_path) == {"evil.tar.gz", "work"}  # nothing extracted anywhere
 
@@ -323,13 +323,13 @@ def test_safe_extract_replaces_dest_and_rejects_non_archives(tmp_path, image_fol
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "stale.txt").write_text("old")
-    assert data.safe_extract(archive, dest) == dest
+    assert fetch.safe_extract(archive, dest) == dest
     assert not (dest / "stale.txt").exists() and (dest / "mydata" / "train").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "imgs", "imgs.tgz"]
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not an archive")
     with pytest.raises(data.DataError, match="junk.tar.gz"):
-        data.safe_extract(junk, tmp_path / "dest2")
+        fetch.safe_extract(junk, tmp_path / "dest2")
     assert not (tmp_path / "dest2").exists()
 
 
@@ -506,6 +506,7 @@ def test_image_folder_without_ten_classes_warns_and_records_the_count(tmp_path, 
     assert data.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
 
 
+@pytest.mark.slow
 def test_download_records_the_class_count_in_source_json(project, tmp_path):
     import json
 

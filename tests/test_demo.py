@@ -9,16 +9,14 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, clean_env, image_folder_archive, make_dataset, mlflow_client
+from conftest import REPO, VENV_BIN, clean_env, image_folder_archive, make_dataset, mlflow_client
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
-BIN = Path(sys.executable).parent
 STUDY_FILES = ("data/prepared/cifar10.pt", "models/single-fp32/seed-0/model.pt",
                "reports/metrics/single-fp32.json", "reports/comparison.md")  # fmt: skip
 
@@ -46,7 +44,7 @@ def test_make_demo_end_to_end(tmp_path: Path):
     venv = proj / ".venv" / "bin"
     venv.mkdir(parents=True)
     for tool in ("python", "dvc", "ampbench"):
-        os.symlink(BIN / tool, venv / tool)
+        os.symlink(VENV_BIN / tool, venv / tool)
     (proj / ".venv" / ".installed").touch()
     # The real study's outputs, which the demo must leave alone.
     from ampbench import data

@@ -10,7 +10,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -21,18 +20,25 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, MlflowServer, clean_env, image_folder_archive, runs, write_params
+from conftest import (
+    REPO,
+    VENV_BIN,
+    MlflowServer,
+    image_folder_archive,
+    mlflow_client,
+    runs,
+    venv_env,
+    write_params,
+)
+
+# Every test here needs the whole pipeline run once (minutes) or a real `mlflow server`.
+pytestmark = pytest.mark.slow
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
-BIN = Path(sys.executable).parent
-
-
-def env_with_venv(**extra: str) -> dict:
-    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra)
 
 
 def sh(cmd: list[str], cwd: Path, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env_with_venv(**env), capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=cwd, env=venv_env(**env), capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -55,29 +61,16 @@ def repro(tmp_path_factory, server) -> Path:
     shutil.copytree(REPO / "src", proj / "src")  # the stages' declared deps
     write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]}, tracking={"log_model": True})
     sh(["git", "init", "-q"], proj)
-    sh([str(BIN / "dvc"), "init", "-q"], proj)
-    out = sh([str(BIN / "dvc"), "repro"], proj, MLFLOW_TRACKING_URI=server.uri)
+    sh([str(VENV_BIN / "dvc"), "init", "-q"], proj)
+    out = sh([str(VENV_BIN / "dvc"), "repro"], proj, MLFLOW_TRACKING_URI=server.uri)
     (proj / "repro.log").write_text(out.stdout + out.stderr)
     return proj
 
 
-def client(server):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(server.uri)
-
-
-def study_runs(server, kind: str | None = None) -> list:
-    c = client(server)
-    exp = c.get_experiment_by_name("cifar10-amp")
-    found = c.search_runs([exp.experiment_id], max_results=1000)
-    return [r for r in found if kind is None or r.data.tags.get("ampbench.kind") == kind]
-
-
 def test_repro_tracks_every_seed_with_sectioned_metrics_datasets_and_evaluation(repro: Path, server):
-    c = client(server)
-    variants = {r.info.run_id: r.info.run_name for r in study_runs(server, "variant")}
-    seeds = study_runs(server, "seed")
+    c = mlflow_client(server.uri)
+    variants = {r.info.run_id: r.info.run_name for r in runs(server.uri, kind="variant")}
+    seeds = runs(server.uri, kind="seed")
     assert sorted(r.info.run_name for r in seeds) == sorted(f"{v}/seed-{s}" for v in VARIANTS for s in (0, 1))
     digest = hashlib.sha256((repro / "data" / "prepared" / "cifar10.pt").read_bytes()).hexdigest()
     for r in seeds:
@@ -107,9 +100,9 @@ def _metrics_file(repro: Path, variant: str) -> dict:
 
 
 def test_nine_variant_runs_carry_the_mean_and_spread_over_seeds(repro: Path, server):
-    variants = study_runs(server, "variant")
+    variants = runs(server.uri, kind="variant")
     assert sorted(r.info.run_name for r in variants) == sorted(VARIANTS)  # nine rows, not eighteen
-    seeds = study_runs(server, "seed")
+    seeds = runs(server.uri, kind="seed")
     for v in variants:
         mine = [s.data.metrics for s in seeds if s.data.tags["mlflow.parentRunId"] == v.info.run_id]
         assert len(mine) == 2 and "mlflow.parentRunId" not in v.data.tags
@@ -118,12 +111,12 @@ def test_nine_variant_runs_carry_the_mean_and_spread_over_seeds(repro: Path, ser
             assert math.isclose(v.data.metrics[f"{key}_std"], statistics.stdev(m[key] for m in mine),
                                 abs_tol=1e-9)  # fmt: skip
         assert "speed/speedup_vs_single_fp32" in v.data.metrics
-        curve = client(server).get_metric_history(v.info.run_id, "train/loss")
+        curve = mlflow_client(server.uri).get_metric_history(v.info.run_id, "train/loss")
         assert sorted(m.step for m in curve) == [1, 2]  # the mean per-epoch curve
-    compare = study_runs(server, "compare")
+    compare = runs(server.uri, kind="compare")
     assert [r.info.run_name for r in compare] == ["compare"]
     assert compare[0].data.metrics == {}  # nothing of its own in the training runs' charts
-    names = {a.path for a in client(server).list_artifacts(compare[0].info.run_id)}
+    names = {a.path for a in mlflow_client(server.uri).list_artifacts(compare[0].info.run_id)}
     assert {"comparison.md", "comparison.csv", "comparison.png", "summary.json"} <= names
     assert "workflowType=machine_learning" in (repro / "repro.log").read_text()
 
@@ -138,7 +131,7 @@ print(json.dumps(float((np.argmax(scores, 1) == ds["test_labels"].numpy()).mean(
 
 @pytest.mark.parametrize("variant", ["single-fp32", "single-autocast_gradscaler"])
 def test_logged_model_reproduces_the_evaluation_in_a_fresh_process(repro: Path, server, variant):
-    c = client(server)
+    c = mlflow_client(server.uri)
     for seed in _metrics_file(repro, variant)["seeds"]:
         models = c.search_logged_models([c.get_run(seed["run_id"]).info.experiment_id],
                                         filter_string=f"source_run_id = '{seed['run_id']}'")  # fmt: skip
@@ -150,7 +143,7 @@ def test_logged_model_reproduces_the_evaluation_in_a_fresh_process(repro: Path, 
 
 
 def test_dvc_metrics_show_lists_all_nine_and_the_summary(repro: Path):
-    out = sh([str(BIN / "dvc"), "metrics", "show", "--json"], repro).stdout
+    out = sh([str(VENV_BIN / "dvc"), "metrics", "show", "--json"], repro).stdout
     files = next(iter(json.loads(out).values()))["data"]  # keyed by revision ("" or "workspace")
     listed = {Path(name).stem for name in files}
     assert listed == {*VARIANTS, "summary"}
@@ -165,7 +158,7 @@ def test_comparison_equals_the_runs_it_summarizes(repro: Path, server):
         rows = {r["variant"]: r for r in csv.DictReader(f)}
     assert set(rows) == set(VARIANTS)
     assert (repro / "reports" / "comparison.png").stat().st_size > 10_000
-    seeds = study_runs(server, "seed")
+    seeds = runs(server.uri, kind="seed")
     names = {"test_accuracy": "test/accuracy", "train_seconds": "time/train_seconds",
              "images_per_second": "speed/images_per_second", "peak_memory_mb": "memory/peak_mb"}  # fmt: skip
     for variant, row in rows.items():
@@ -186,10 +179,10 @@ def test_comparison_equals_the_runs_it_summarizes(repro: Path, server):
 
 
 def test_unchanged_pipeline_reruns_nothing(repro: Path, server):
-    before = len(study_runs(server))
-    out = sh([str(BIN / "dvc"), "repro"], repro, MLFLOW_TRACKING_URI=server.uri).stdout
+    before = len(runs(server.uri))
+    out = sh([str(VENV_BIN / "dvc"), "repro"], repro, MLFLOW_TRACKING_URI=server.uri).stdout
     assert "didn't change" in out or "up to date" in out
-    assert len(study_runs(server)) == before
+    assert len(runs(server.uri)) == before
 
 
 def test_rest_api_finds_the_seed_runs_by_tag(server):
@@ -216,8 +209,8 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
     archive = image_folder_archive(tmp_path)
     params = ["-P", "epochs=1", "-P", "batch_size=10", "-P", f"data_url={archive}"]
     sh([sys.executable, "-m", "ampbench", "variant", "--precision", "fp32", "--data-url", str(archive)], proj)
-    out = sh([str(BIN / "mlflow"), "run", ".", "--env-manager", "local", "-P", "precision=autocast", *params],
-             proj)  # fmt: skip
+    mlflow_run = [str(VENV_BIN / "mlflow"), "run", ".", "--env-manager", "local"]
+    out = sh([*mlflow_run, "-P", "precision=autocast", *params], proj)
     assert "#/experiments/1/runs?workflowType=machine_learning" in out.stdout + out.stderr
 
     launcher = runs(proj, "Default")

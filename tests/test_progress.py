@@ -1,5 +1,6 @@
-"""Time estimates (src/ampbench/progress.py): the stage estimate against the stage's real time,
-the study's remaining work from what is on disk, and the `ampbench estimate` preflight."""
+"""Time estimates (src/ampbench/progress.py, src/ampbench/estimate.py): the stage estimate from
+timed steps and against a real stage's time, the study's remaining work from what is on disk, and
+the `ampbench estimate` preflight."""
 
 from __future__ import annotations
 
@@ -7,30 +8,32 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from ampbench import progress
-from ampbench.config import Config, replace
+from ampbench import estimate, progress
+from ampbench.config import PARALLELS, PRECISIONS, Config, replace
 from conftest import clean_env, make_dataset, run_cli, write_params
 
 ESTIMATE = re.compile(r"Expected time of this stage \(.*?\): (.+?) in all, (.+?) left")
 
 
 def seconds(text: str) -> float:
-    """Inverse of progress.fmt_duration for what a short stage prints (`27 s`, `1 min 05 s`)."""
+    """Inverse of estimate.fmt_duration for what a short stage prints (`27 s`, `1 min 05 s`)."""
     m = re.fullmatch(r"(?:(\d+) min )?(\d+) s", text)
     assert m, text
     return int(m.group(1) or 0) * 60 + int(m.group(2))
 
 
 def test_fmt_duration():
-    assert progress.fmt_duration(4.4) == "4 s"
-    assert progress.fmt_duration(65) == "1 min 05 s"
-    assert progress.fmt_duration(2 * 3600 + 5 * 60) == "2 h 05 min"
-    assert progress.fmt_duration(18 * 86400 + 3 * 3600) == "18 d 3 h"
-    assert seconds(progress.fmt_duration(65)) == 65
+    assert estimate.fmt_duration(4.4) == "4 s"
+    assert estimate.fmt_duration(65) == "1 min 05 s"
+    assert estimate.fmt_duration(2 * 3600 + 5 * 60) == "2 h 05 min"
+    assert estimate.fmt_duration(18 * 86400 + 3 * 3600) == "18 d 3 h"
+    assert seconds(estimate.fmt_duration(65)) == 65
 
 
+@pytest.mark.slow
 def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path):
     """A short CPU schedule: the estimate logged after the first timed steps vs the stage's wall time."""
     from ampbench import data
@@ -52,6 +55,31 @@ def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path)
     assert "whole study still needs about" in proc.stderr
 
 
+def test_stage_estimate_from_the_timed_steps(tmp_path: Path):
+    """The step time is measured after the warm-up; what is left is the remaining steps at that time."""
+    cfg = _cfg(seeds=(0, 1), eval_each_epoch=False)
+    spe, n_test, pause = 10, 20, 0.02
+    stage = progress.StageProgress(
+        cfg, "single-fp32", spe, n_test, "cpu", enabled=False, warmup_steps=2, min_timed_s=0.0,
+        min_timed_steps=3, models_dir=tmp_path / "models", work_dir=tmp_path / "work",
+        params_file=tmp_path / "params.yaml",
+    )  # fmt: skip
+    stage.start_seed(0)
+    for _ in range(5):
+        assert stage.estimate is None  # 2 warm-up steps, then 3 timed ones
+        time.sleep(pause)
+        stage.step()
+    assert stage.estimate is not None and stage.step_s >= pause * 0.9
+    # seed 0 from step 5 on, then all of seed 1 (its setup time included)
+    steps = estimate.seed_steps(cfg, spe, n_test, 0, 5) + estimate.seed_steps(cfg, spe, n_test)
+    left = stage.estimate["stage_left_seconds"]
+    assert left == pytest.approx(steps * stage.step_s + stage.seed_setup_s)
+    assert stage.estimate["study_left_seconds"] > left  # eight more variants, evaluations, comparison
+    stage.epoch_done()
+    assert (stage.epoch, stage.step_in_epoch) == (1, 0)
+    stage.close()
+
+
 def _cfg(**train) -> Config:
     return replace(Config(), model={"fc_dim": 32}, train={"epochs": 4, "batch_size": 10, **train},
                    data={"train_per_class": 10, "test_per_class": 2})  # fmt: skip
@@ -61,7 +89,7 @@ def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):
     cfg = _cfg(seeds=(0, 1), eval_each_epoch=False)
     models, work = tmp_path / "models", tmp_path / "checkpoints"
     spe, n_test = 10, 20
-    full = progress.seed_steps(cfg, spe, n_test)
+    full = estimate.seed_steps(cfg, spe, n_test)
     assert full == 4 * 10 + 20 * 2 / 3 / 10  # 40 steps + one flipped test pass (a third of a step each)
     digest = cfg.digest()
     done = models / "single-fp32" / "seed-0" / "model.pt"
@@ -75,27 +103,28 @@ def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):
     torch.save({"state_dict": {}, "config_digest": "another"}, stale)
 
     def left(variant: str, seed: int) -> float:
-        return progress.remaining_seed_steps(cfg, variant, seed, spe, n_test, models, work)
+        return estimate.remaining_seed_steps(cfg, variant, seed, spe, n_test, models, work)
 
     assert left("single-fp32", 0) == 0
-    assert left("single-fp32", 1) == progress.seed_steps(cfg, spe, n_test, 2, 0) == 20 + 20 * 2 / 3 / 10
+    assert left("single-fp32", 1) == estimate.seed_steps(cfg, spe, n_test, 2, 0) == 20 + 20 * 2 / 3 / 10
     assert left("dp-fp32", 0) == full  # another configuration's model is no finished work
 
 
 def test_study_variants_follow_params(tmp_path: Path):
     params = tmp_path / "params.yaml"
     params.write_text("variants:\n  parallel: [single]\n  precision: [fp32, autocast]\n")
-    assert progress.study_variants(params) == ["single-fp32", "single-autocast"]
-    assert len(progress.study_variants(tmp_path / "missing.yaml")) == 9
+    assert estimate.study_variants(params) == ["single-fp32", "single-autocast"]
+    every = [f"{p}-{q}" for p in PARALLELS for q in PRECISIONS]  # the registries' (12 with bf16)
+    assert estimate.study_variants(tmp_path / "missing.yaml") == every
 
 
 def test_preflight_estimates_the_study_and_points_at_the_demo(tmp_path: Path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text("variants:\n  parallel: [single, ddp]\n  precision: [fp32, autocast]\n")
     cfg = replace(Config(), model={"fc_dim": 32}, train={"batch_size": 16})
-    out = progress.preflight(cfg, params, probe_batch=4, force=True)
+    assert progress.preflight is estimate.preflight  # what `ampbench estimate` calls
+    out = estimate.preflight(cfg, params, probe_batch=4, force=True)
     text = capsys.readouterr().out
     assert "full study on a CPU" in text and "4 variants x 3 seeds x 20 epochs x 3125 steps" in text
     assert out["study_seconds"] > 0 and set(out["step_seconds"]) == {"fp32", "autocast"}
-    if out["study_seconds"] > progress.LONG_ON_CPU_S:
-        assert "make demo" in text
+    assert ("make demo" in text) == (out["study_seconds"] > estimate.LONG_ON_CPU_S)

@@ -17,7 +17,6 @@ about it.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import dataclasses
 import errno
 import io
@@ -25,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,17 +34,31 @@ import torch
 import yaml
 
 from ampbench import checkpoint, config, engine, launch, loop, parallel, precision
-from conftest import REPO, clean_env, make_dataset, mlflow_client, run_cli, runs, write_params
+from conftest import (
+    LONG_EPOCHS,
+    REPO,
+    VENV_BIN,
+    alive,
+    descendants,
+    free_port,
+    load_pt,
+    long_project,
+    make_dataset,
+    mlflow_client,
+    new_project,
+    run_cli,
+    runs,
+    venv_env,
+    wait_for_checkpoint,
+    write_params,
+)
 
-VENV_BIN = Path(sys.executable).parent
 SINGLE = ("train", "--parallel", "single", "--precision", "fp32")
 DDP = ("train", "--parallel", "ddp", "--precision", "fp32")
 SEED0 = Path("models/single-fp32/seed-0")  # the published model.pt of a finished stage
 WORK = Path("checkpoints/single-fp32")  # the stage's work in progress (no DVC output)
 WORK0 = WORK / "seed-0"  # checkpoint.pt, run.json, model.pt of a seed in progress
 DDP_WORK0 = Path("checkpoints/ddp-fp32/seed-0")
-# Long enough to be killed mid-run: 24 images per class / batch 20 = 12 steps (~1 s) per epoch.
-LONG_DATA, LONG_EPOCHS = 24, 4
 
 TEST_HOOK = '''
 """Test-only hooks (tests/test_reliability.py), active only when their variable is set.
@@ -82,120 +94,8 @@ if _spec and os.environ.get("RANK", "0") == _spec.split(":")[0]:
 
 
 # ---------------------------------------------------------------- helpers
-def _env(**extra: str) -> dict:
-    """clean_env with the venv first on PATH (DVC runs `ampbench ...` through the shell)."""
-    env = clean_env(**extra)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def _project(folder: Path, per_class: int = 6, **sections) -> Path:
-    """Like the `project` fixture, with a chosen dataset size and params."""
-    from ampbench import data
-
-    folder.mkdir(parents=True)
-    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
-    write_params(folder, **sections)
-    data.save_dataset(make_dataset(per_class), folder / "data" / "prepared" / "cifar10.pt")
-    return folder
-
-
-def _long_project(folder: Path, per_class: int = LONG_DATA, epochs: int = LONG_EPOCHS, **train) -> Path:
-    return _project(folder, per_class, train={"epochs": epochs, **train})
-
-
-def _load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def _log(project: Path, name: str = "train") -> str:
     return (project / f"{name}.log").read_text(errors="replace")
-
-
-def _descendants(pid: int) -> list[int]:
-    """All live descendants of pid (Linux /proc), e.g. torchrun and its workers."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        ppid = int(text.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-class Procs:
-    """Starts `python -m ampbench` / dvc in the background; kills what is left at teardown."""
-
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen] = []
-        self.adopted: list[int] = []  # DDP workers: torchrun starts them in sessions of their own
-
-    def start(self, project: Path, *args: str, env: dict | None = None, name: str = "train",
-              cmd: list[str] | None = None) -> subprocess.Popen:  # fmt: skip
-        with open(project / f"{name}.log", "w") as log:
-            proc = subprocess.Popen(
-                cmd or [sys.executable, "-m", "ampbench", *args], cwd=project, env=env or _env(),
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        self.started.append(proc)
-        return proc
-
-    def adopt(self, pids: list[int]) -> list[int]:
-        self.adopted += pids
-        return pids
-
-    def cleanup(self) -> None:
-        for pid in self.adopted:  # only if still ours: an ampbench or torchrun process
-            with contextlib.suppress(OSError):
-                if _alive(pid) and b"ampbench" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-        for proc in self.started:
-            if proc.poll() is None:
-                for pid in [*_descendants(proc.pid), proc.pid]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                proc.wait(30)
-
-
-@pytest.fixture
-def procs():
-    p = Procs()
-    yield p
-    p.cleanup()
-
-
-def _wait_for_checkpoint(proc: subprocess.Popen, path: Path, log: Path, min_epoch: int = 1,
-                         timeout: float = 240) -> dict:  # fmt: skip
-    """Poll until `path` holds a checkpoint of at least `min_epoch` completed epochs."""
-    deadline, seen = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"exit {proc.returncode} before an epoch-{min_epoch} checkpoint:\n{log.read_text()}")
-        try:
-            mtime = path.stat().st_mtime_ns
-            if mtime != seen:
-                seen, state = mtime, _load(path)
-                if state["epoch"] >= min_epoch:
-                    return state
-        except FileNotFoundError:
-            pass
-        time.sleep(0.05)
-    pytest.fail(f"no checkpoint at epoch {min_epoch} within {timeout} s:\n{log.read_text()}")
 
 
 def _wait(proc: subprocess.Popen, timeout: float, log: Path) -> int:
@@ -213,11 +113,6 @@ def _metric_steps(project: Path, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in mlflow_client(project).get_metric_history(run_id, key))
 
 
-def _runs_of(project: Path, kind: str) -> list:
-    """The MLflow runs of one kind: "seed" (one per variant and seed) or "variant" (their parent)."""
-    return [r for r in runs(project) if r.data.tags.get("ampbench.kind") == kind]
-
-
 def _run_json(project: Path, work0: Path = WORK0) -> dict:
     return json.loads((project / work0 / "run.json").read_text())
 
@@ -228,12 +123,6 @@ def _assert_same_weights(a: dict, b: dict) -> None:
     assert not differ, f"weights differ from the uninterrupted run in {differ}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _hook_env(tmp_path: Path, **variables: str) -> dict:
     """Environment that loads TEST_HOOK (a sitecustomize.py) with the given AMPBENCH_TEST_* set."""
     hook = tmp_path / "test-hook"
@@ -242,27 +131,28 @@ def _hook_env(tmp_path: Path, **variables: str) -> dict:
     # Keep a PYTHONPATH that puts the code under test first (a worktree's src/): without it the
     # workers would import whatever ampbench the venv has installed.
     pythonpath = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
-    return _env(PYTHONPATH=pythonpath, **variables)
+    return venv_env(PYTHONPATH=pythonpath, **variables)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
     """model.pt of an uninterrupted LONG run: what every interrupted-and-resumed run must equal."""
-    proj = _long_project(tmp_path_factory.mktemp("reference") / "proj")
-    run_cli(proj, *SINGLE, env=_env())
-    return _load(proj / SEED0 / "model.pt")
+    proj = long_project(tmp_path_factory.mktemp("reference") / "proj")
+    run_cli(proj, *SINGLE, env=venv_env())
+    return load_pt(proj / SEED0 / "model.pt")
 
 
 # ---------------------------------------------------------------- 1. kill -9 and resume
+@pytest.mark.slow
 def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, procs, reference):
-    proj = _long_project(tmp_path / "proj")
+    proj = long_project(tmp_path / "proj")
     ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.5)  # land mid-epoch, well after the epoch's metrics were logged
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(30) == -signal.SIGKILL
-    saved = _load(ckpt)  # the last complete epoch before the kill
+    saved = load_pt(ckpt)  # the last complete epoch before the kill
     assert 1 <= saved["epoch"] < LONG_EPOCHS and saved["step"] == 0
     assert not (proj / WORK0 / "model.pt").exists() and not (proj / SEED0).exists()
     run_id = saved["run_id"]
@@ -270,13 +160,13 @@ def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, pr
     variant_run = json.loads((proj / WORK / "variant.json").read_text())["run_id"]
     assert _status(proj, run_id) == "RUNNING"  # nobody could mark it: the resume continues it
 
-    done = run_cli(proj, *SINGLE, env=_env())
+    done = run_cli(proj, *SINGLE, env=venv_env())
     assert f"resuming seed 0 at epoch {saved['epoch']} step 0" in done.stderr
-    final = _load(proj / SEED0 / "model.pt")
+    final = load_pt(proj / SEED0 / "model.pt")
     assert (final["run_id"], final["variant_run_id"]) == (run_id, variant_run)
     assert not (proj / WORK).exists()  # published: the work folder is gone
-    assert [r.info.run_id for r in _runs_of(proj, "seed")] == [run_id]  # one run for the variant and seed
-    assert [r.info.run_id for r in _runs_of(proj, "variant")] == [variant_run]  # reused, not a second one
+    assert [r.info.run_id for r in runs(proj, kind="seed")] == [run_id]  # one run for the variant and seed
+    assert [r.info.run_id for r in runs(proj, kind="variant")] == [variant_run]  # reused, not a second one
     assert _status(proj, run_id) == _status(proj, variant_run) == "FINISHED"
     assert [h["epoch"] for h in final["history"]] == list(range(1, LONG_EPOCHS + 1))
     # Every epoch is recorded; one killed after logging but before its checkpoint is logged again.
@@ -284,49 +174,50 @@ def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, pr
     _assert_same_weights(final["state_dict"], reference["state_dict"])
 
 
+@pytest.mark.slow
 def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, procs):
     """Through DVC: kill -9 of the whole `dvc repro` process group, repro again resumes (the
     checkpoint lives in checkpoints/, no DVC output, so DVC deletes nothing it needs although the
     models/ out is not persist); an unchanged repro runs nothing; `dvc repro -f` trains a fresh run."""
-    proj = _long_project(tmp_path / "proj", epochs=4)
+    proj = long_project(tmp_path / "proj", epochs=4)
     train_outs = yaml.safe_load((proj / "dvc.yaml").read_text())["stages"]["train"]["outs"]
     assert "persist" not in json.dumps(train_outs), train_outs  # resume must not depend on it
     shutil.copytree(REPO / "src" / "ampbench", proj / "src" / "ampbench",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip  # the stage's deps
     dvc = [str(VENV_BIN / "dvc")]
-    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=proj, env=_env(), check=True, timeout=120)
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=proj, env=venv_env(), check=True, timeout=120)
     repro = [*dvc, "repro", "--single-item", "train@single-fp32"]
     ckpt = proj / WORK0 / "checkpoint.pt"
 
     proc = procs.start(proj, cmd=repro, name="dvc")
-    _wait_for_checkpoint(proc, ckpt, proj / "dvc.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "dvc.log", min_epoch=1)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGKILL)  # dvc and the training it started
     proc.wait(30)
-    run_id = _load(ckpt)["run_id"]
+    run_id = load_pt(ckpt)["run_id"]
     assert not (proj / SEED0 / "model.pt").exists()
 
     def dvc_repro(*extra: str) -> str:
-        out = subprocess.run([*repro[:2], *extra, *repro[2:]], cwd=proj, env=_env(), capture_output=True,
+        out = subprocess.run([*repro[:2], *extra, *repro[2:]], cwd=proj, env=venv_env(), capture_output=True,
                              text=True, timeout=300)  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout + out.stderr
 
     assert "resuming seed 0 at epoch" in dvc_repro()  # DVC deleted the models/ out, not the checkpoint
-    assert _load(proj / SEED0 / "model.pt")["run_id"] == run_id
+    assert load_pt(proj / SEED0 / "model.pt")["run_id"] == run_id
     assert not (proj / WORK).exists()
-    assert [(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")] == [(run_id, "FINISHED")]
-    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED"]
+    assert [(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")] == [(run_id, "FINISHED")]
+    assert [r.info.status for r in runs(proj, kind="variant")] == ["FINISHED"]
 
     assert "didn't change" in dvc_repro()  # unchanged pipeline: no new run
     assert len(runs(proj)) == 2  # the variant run and its seed run
 
     dvc_repro("-f")  # forced: a finished seed trains afresh, in a new run
-    fresh = _load(proj / SEED0 / "model.pt")["run_id"]
+    fresh = load_pt(proj / SEED0 / "model.pt")["run_id"]
     assert fresh != run_id
-    seeds = {(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")}
+    seeds = {(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")}
     assert seeds == {(run_id, "FINISHED"), (fresh, "FINISHED")}
-    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED", "FINISHED"]
+    assert [r.info.status for r in runs(proj, kind="variant")] == ["FINISHED", "FINISHED"]
 
 
 # ---------------------------------------------------------------- 2. atomic checkpoint writes
@@ -398,127 +289,133 @@ def test_full_disk_is_a_clear_checkpoint_error(tmp_path, monkeypatch, how):
 
 
 # ---------------------------------------------------------------- 3 + 4. stop signals, changed config
+@pytest.mark.slow
 def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, procs, reference):
-    proj = _long_project(tmp_path / "proj")
+    proj = long_project(tmp_path / "proj")
     ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.3)
     os.kill(proc.pid, signal.SIGTERM)
     assert _wait(proc, 60, proj / "train.log") == 143
-    saved = _load(ckpt)
+    saved = load_pt(ckpt)
     assert saved["epoch"] >= 1 and saved["step"] > 0  # a stop saves mid-epoch, at a step boundary
     assert "SIGTERM received" in _log(proj)
     assert _status(proj, saved["run_id"]) == "KILLED"
-    assert [r.info.status for r in _runs_of(proj, "variant")] == ["KILLED"]  # not left RUNNING
+    assert [r.info.status for r in runs(proj, kind="variant")] == ["KILLED"]  # not left RUNNING
 
-    done = run_cli(proj, *SINGLE, env=_env())
+    done = run_cli(proj, *SINGLE, env=venv_env())
     assert f"resuming seed 0 at epoch {saved['epoch']} step {saved['step']}" in done.stderr
-    final = _load(proj / SEED0 / "model.pt")
+    final = load_pt(proj / SEED0 / "model.pt")
     assert final["run_id"] == saved["run_id"]
-    assert [r.info.status for r in _runs_of(proj, "seed")] == ["FINISHED"]
-    assert [r.info.status for r in _runs_of(proj, "variant")] == ["FINISHED"]
+    assert [r.info.status for r in runs(proj, kind="seed")] == ["FINISHED"]
+    assert [r.info.status for r in runs(proj, kind="variant")] == ["FINISHED"]
     _assert_same_weights(final["state_dict"], reference["state_dict"])  # mid-epoch resume is exact too
 
 
+@pytest.mark.slow
 def test_changed_config_refuses_to_resume_until_fresh(tmp_path, procs):
-    proj = _long_project(tmp_path / "proj")
+    proj = long_project(tmp_path / "proj")
     ckpt = proj / WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *SINGLE)
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the same graceful stop as SIGTERM
     assert _wait(proc, 60, proj / "train.log") == 143
     assert "SIGINT received" in _log(proj)
-    killed = _load(ckpt)["run_id"]
+    killed = load_pt(ckpt)["run_id"]
     assert _status(proj, killed) == "KILLED"
     before = ckpt.read_bytes()
 
     write_params(proj, train={"epochs": LONG_EPOCHS, "lr": 0.02})  # was 0.05
-    refused = run_cli(proj, *SINGLE, env=_env(), check=False)
+    refused = run_cli(proj, *SINGLE, env=venv_env(), check=False)
     assert refused.returncode == 1
     assert "--fresh" in refused.stderr and str(WORK0 / "checkpoint.pt") in refused.stderr
     assert ckpt.read_bytes() == before
-    assert [r.info.run_id for r in _runs_of(proj, "seed")] == [killed]
-    assert len(_runs_of(proj, "variant")) == 1  # refused before any run was created
+    assert [r.info.run_id for r in runs(proj, kind="seed")] == [killed]
+    assert len(runs(proj, kind="variant")) == 1  # refused before any run was created
 
-    run_cli(proj, *SINGLE, "--fresh", "--set", "train.epochs=1", env=_env())
-    fresh = _load(proj / SEED0 / "model.pt")["run_id"]
+    run_cli(proj, *SINGLE, "--fresh", "--set", "train.epochs=1", env=venv_env())
+    fresh = load_pt(proj / SEED0 / "model.pt")["run_id"]
     assert fresh != killed and not ckpt.exists() and not (proj / WORK).exists()
-    seeds = {(r.info.run_id, r.info.status) for r in _runs_of(proj, "seed")}
+    seeds = {(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")}
     assert seeds == {(killed, "KILLED"), (fresh, "FINISHED")}
 
 
+@pytest.mark.slow
 def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
     # 6 steps per epoch, fewer than train.stop_check_every (20): ranks must also agree at epoch ends.
-    proj = _long_project(tmp_path / "proj", per_class=12)
+    proj = long_project(tmp_path / "proj", per_class=12)
     ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *DDP, env=_hook_env(tmp_path, AMPBENCH_TEST_NO_MLFLOW="1"))
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)  # proves rank 1 never used MLflow
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)  # proves rank 1 never used MLflow
     time.sleep(0.3)
-    tree = procs.adopt(_descendants(proc.pid))
+    tree = procs.adopt(descendants(proc.pid))
     assert len(tree) >= 3, f"expected torchrun and 2 workers under the launcher, found {tree}"
     os.kill(proc.pid, signal.SIGTERM)  # the launcher only; it forwards to torchrun
     assert _wait(proc, 90, proj / "train.log") != 0
     deadline = time.monotonic() + 30
-    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in tree if _alive(p)], "DDP processes outlived the launcher"
+    assert not [p for p in tree if alive(p)], "DDP processes outlived the launcher"
     log = _log(proj)
     assert log.count("SIGTERM received") == 2 and "[rank 1] ampbench: stopped at epoch" in log
-    saved = _load(ckpt)
+    saved = load_pt(ckpt)
     assert saved["step"] > 0  # the stop saved a checkpoint (epoch-end saves have step 0)
     assert _status(proj, saved["run_id"]) == "KILLED"
 
 
+@pytest.mark.slow
 def test_sigkill_of_ddp_launcher_group_leaves_no_orphan_workers(tmp_path, procs):
     """torchrun starts each worker in a session of its own, so kill -9 of the launcher's process
     group (a CI timeout, `kill -9 -PGID`) reaches the launcher and torchrun but not the workers."""
-    proj = _long_project(tmp_path / "proj", per_class=12, epochs=10)
+    proj = long_project(tmp_path / "proj", per_class=12, epochs=10)
     ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     proc = procs.start(proj, *DDP)
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     time.sleep(0.3)
-    tree = procs.adopt(_descendants(proc.pid))
+    tree = procs.adopt(descendants(proc.pid))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     deadline = time.monotonic() + 30
-    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in tree if _alive(p)], "orphaned DDP workers kept running"
+    assert not [p for p in tree if alive(p)], "orphaned DDP workers kept running"
     assert "parent process" in _log(proj) and "is gone" in _log(proj)
     assert not (proj / DDP_WORK0 / "model.pt").exists()  # they stopped instead of finishing
     assert not (proj / "models").exists()
-    saved = _load(ckpt)
+    saved = load_pt(ckpt)
     assert saved["step"] > 0 and _status(proj, saved["run_id"]) == "KILLED"
 
 
 # ---------------------------------------------------------------- 5. crashes and hangs
+@pytest.mark.slow
 def test_crashing_ddp_worker_ends_job_with_its_traceback(tmp_path, procs):
-    proj = _long_project(tmp_path / "proj", per_class=12)
+    proj = long_project(tmp_path / "proj", per_class=12)
     ckpt = proj / DDP_WORK0 / "checkpoint.pt"
     # Rank 1 raises at its 8th step: the 2nd step of epoch 2 (6 steps per epoch).
     proc = procs.start(proj, *DDP, env=_hook_env(tmp_path, AMPBENCH_TEST_FAULT="1:8"))
-    _wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, ckpt, proj / "train.log", min_epoch=1)
     t0 = time.monotonic()
     code = _wait(proc, 120, proj / "train.log")
     assert code != 0 and time.monotonic() - t0 < 60
     log = _log(proj)
     assert "RuntimeError: injected fault: rank 1 step 8" in log  # the worker's own traceback
     assert "Root Cause" in log and "rank      : 1" in log
-    saved = _load(ckpt)
+    saved = load_pt(ckpt)
     assert saved["epoch"] == 1  # a crash loses at most the current epoch
     assert _status(proj, saved["run_id"]) == "FAILED"
 
 
+@pytest.mark.slow
 def test_exception_in_training_marks_run_failed(tmp_path, project):
     # Single process: 3 steps per epoch, the fault hits the 5th step (epoch 2).
     proc = run_cli(project, *SINGLE, env=_hook_env(tmp_path, AMPBENCH_TEST_FAULT="0:5"), check=False)
     assert proc.returncode == 1
     assert "RuntimeError: injected fault: rank 0 step 5" in proc.stderr
-    (run,) = _runs_of(project, "seed")
+    (run,) = runs(project, kind="seed")
     assert run.info.status == "FAILED"
-    assert [r.info.status for r in _runs_of(project, "variant")] == ["FAILED"]
-    assert _load(project / WORK0 / "checkpoint.pt")["epoch"] == 1
+    assert [r.info.status for r in runs(project, kind="variant")] == ["FAILED"]
+    assert load_pt(project / WORK0 / "checkpoint.pt")["epoch"] == 1
     assert _run_json(project)["run_id"] == run.info.run_id
 
 
@@ -578,10 +475,11 @@ os._exit(0)
 """
 
 
+@pytest.mark.slow
 def test_hung_collective_times_out(tmp_path, procs):
     (tmp_path / "hang.py").write_text(HANG)
-    port, timeout = str(_free_port()), 2
-    env = _env()
+    port, timeout = str(free_port()), 2
+    env = venv_env()
     cmd = [sys.executable, "hang.py", "1", port, str(timeout)]
     peer = procs.start(tmp_path, name="rank1", env=env, cmd=cmd)
     rank0 = subprocess.run([sys.executable, "hang.py", "0", port, str(timeout)], cwd=tmp_path, env=env,
@@ -633,6 +531,8 @@ def test_nonfinite_loss_is_divergence(tmp_path, one_thread):
     assert result["epochs_completed"] == 1  # training stops at the diverged epoch
 
 
+# Slow: five epochs of bfloat16 autocast, emulated on CPUs without native bfloat16 (AVX2 only).
+@pytest.mark.slow
 def test_gradscaler_scale_below_floor_is_divergence(tmp_path, one_thread):
     result, metrics = _train_in_process(tmp_path, "autocast_gradscaler", scale_floor=1e30)
     assert result["grad_scaler_used"]  # GradScaler('cpu') is real on CPU
@@ -643,10 +543,11 @@ def test_gradscaler_scale_below_floor_is_divergence(tmp_path, one_thread):
     assert not healthy["diverged"]  # the default floor does not flag a healthy run
 
 
+@pytest.mark.slow
 def test_gradscaler_skipped_steps_are_logged(project):
     run_cli(project, "train", "--parallel", "single", "--precision", "autocast_gradscaler",
             "--set", "train.lr=1e30")  # fmt: skip
-    (run,) = _runs_of(project, "seed")
+    (run,) = runs(project, kind="seed")
     assert run.info.status == "FINISHED"
     assert run.data.params["grad_scaler_used"] == "True"
     assert run.data.metrics["amp/skipped_steps"] > 0 and run.data.metrics["amp/nonfinite_losses"] > 0
@@ -656,12 +557,13 @@ def test_gradscaler_skipped_steps_are_logged(project):
 
 
 # ---------------------------------------------------------------- 7. nothing runs as something it is not
+@pytest.mark.slow
 def test_dp_without_gpus_records_one_device_and_warns(project):
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has 2+ GPUs: DataParallel really splits the batch here")
     proc = run_cli(project, "train", "--parallel", "dp", "--precision", "fp32")
     assert "effectively single-device" in proc.stderr
-    (run,) = _runs_of(project, "seed")
+    (run,) = runs(project, kind="seed")
     params = run.data.params
     assert params["devices_used"] == "1" and params["world_size"] == "1"
     assert params["grad_scaler_used"] == "False" and params["autocast_used"] == "False"
@@ -699,20 +601,30 @@ class _Payload:
 @pytest.mark.parametrize("kind", ["object", "function"])
 def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kind):
     marker = tmp_path / "code-ran"
-    model_pt = project / SEED0 / "model.pt"
-    model_pt.parent.mkdir(parents=True)
-    payload = _Payload(marker) if kind == "object" else os.getcwd
-    torch.save({"state_dict": payload, "config": {}, "classes": [], "run_id": "x"}, model_pt)
-
+    model_pt = _unsafe_model_pt(project, marker, kind)
     with pytest.raises(checkpoint.CheckpointError, match="not a readable plain-weights checkpoint"):
         checkpoint.load(model_pt)
     assert not marker.exists()
-    if kind == "function":
-        return  # the evaluate stage goes through the same checkpoint.load: one end-to-end run is enough
+
+
+@pytest.mark.slow
+def test_evaluate_stage_refuses_a_model_that_is_not_plain_weights(project, tmp_path):
+    """The evaluate stage goes through the same checkpoint.load: one end-to-end run is enough."""
+    marker = tmp_path / "code-ran"
+    _unsafe_model_pt(project, marker, "object")
     proc = run_cli(project, "evaluate", "--parallel", "single", "--precision", "fp32", check=False)
     assert proc.returncode == 1
     assert "not a readable plain-weights checkpoint" in proc.stderr and str(SEED0 / "model.pt") in proc.stderr
     assert not marker.exists()
+
+
+def _unsafe_model_pt(project: Path, marker: Path, kind: str) -> Path:
+    """A model.pt whose unpickling would run code (an object's __reduce__, or a function)."""
+    model_pt = project / SEED0 / "model.pt"
+    model_pt.parent.mkdir(parents=True)
+    payload = _Payload(marker) if kind == "object" else os.getcwd
+    torch.save({"state_dict": payload, "config": {}, "classes": [], "run_id": "x"}, model_pt)
+    return model_pt
 
 
 def _fake_model(
@@ -830,14 +742,15 @@ def test_every_stage_depends_on_all_the_code_it_runs():
     assert not missing, f"dvc.yaml stages lack deps on code they import: {missing}"
 
 
+@pytest.mark.slow
 def test_bytecode_caches_are_not_part_of_the_code_dependency(tmp_path):
     """Importing src/ampbench writes __pycache__ there; as part of the dep, every run would change it."""
     shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
-    subprocess.run([str(VENV_BIN / "dvc"), "init", "--no-scm", "-q"], cwd=tmp_path, env=_env(), check=True,
-                   timeout=120)  # fmt: skip
+    dvc = str(VENV_BIN / "dvc")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, env=venv_env(), check=True, timeout=120)
     check = [str(VENV_BIN / "dvc"), "check-ignore", "src/ampbench/__pycache__/cli.cpython-311.pyc",
              "src/ampbench/cli.py"]  # fmt: skip
-    out = subprocess.run(check, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(check, cwd=tmp_path, env=venv_env(), capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["src/ampbench/__pycache__/cli.cpython-311.pyc"], out.stdout + out.stderr
 
 
@@ -867,7 +780,7 @@ def test_unknown_variant_names_are_usage_errors(project, args):
 
 
 def test_batch_not_divisible_by_ddp_world_size(project):
-    proc = run_cli(project, *DDP, "--set", "train.batch_size=21", env=_env(), check=False)
+    proc = run_cli(project, *DDP, "--set", "train.batch_size=21", env=venv_env(), check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "train.batch_size=21 does not divide by" in out and "multiple of 2" in out, out
@@ -892,9 +805,9 @@ def test_more_ddp_workers_than_gpus_is_refused(monkeypatch):
 
 # ---------------------------------------------------------------- 10. tracking
 def test_unreachable_tracking_server_fails_fast_before_training(project):
-    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     t0 = time.monotonic()
-    proc = run_cli(project, *SINGLE, env=_env(MLFLOW_TRACKING_URI=uri), check=False, timeout=120)
+    proc = run_cli(project, *SINGLE, env=venv_env(MLFLOW_TRACKING_URI=uri), check=False, timeout=120)
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1
     assert f"MLflow tracking store {uri} is not usable" in proc.stderr
@@ -902,9 +815,10 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
     assert not (project / "models").exists() and not (project / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
     """`dvc queue start -j 2` or two terminals: both first runs migrating a new sqlite store raced."""
-    project = _project(tmp_path / "p")
+    project = new_project(tmp_path / "p")
     started = [procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
                for p in ("fp32", "autocast")]  # fmt: skip
     for proc, name in zip(started, ("fp32", "autocast")):
@@ -913,10 +827,11 @@ def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
     assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-autocast/seed-0",
                                                          "single-fp32", "single-fp32/seed-0"]  # fmt: skip
     run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
-    assert len(_runs_of(project, "seed")) == 3
+    assert len(runs(project, kind="seed")) == 3
 
 
 # ---------------------------------------------------------------- 11. dependencies
+@pytest.mark.slow
 def test_installed_packages_have_no_known_vulnerabilities(tmp_path):
     """pip-audit of the installed environment against PyPI's vulnerability data (needs pypi.org)."""
     report = tmp_path / "audit.json"

@@ -17,16 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, MlflowServer, image_folder_archive, mlflow_client, runs, write_params
-from test_reliability import VENV_BIN, _env, _load, _long_project, _wait_for_checkpoint, procs  # noqa: F401
+from conftest import (
+    REPO,
+    VENV_BIN,
+    MlflowServer,
+    image_folder_archive,
+    load_pt,
+    long_project,
+    mlflow_client,
+    runs,
+    venv_env,
+    wait_for_checkpoint,
+    write_params,
+)
 
 SINGLE = ("train", "--parallel", "single", "--precision", "fp32")
 WORK = Path("checkpoints/single-fp32")  # in-progress seeds: no DVC output, so nothing deletes it
 MODELS = Path("models/single-fp32")
-
-
-def _seed_runs(proj: Path, experiment: str = "cifar10-amp") -> list:
-    return [r for r in runs(proj, experiment) if r.data.tags.get("ampbench.kind") == "seed"]
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
@@ -49,13 +56,14 @@ def _git_dvc_project(proj: Path) -> None:
            "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
     for cmd in (["git", "init", "-q"], [str(VENV_BIN / "dvc"), "init", "-q"], ["git", "add", "-A"],
                 ["git", "commit", "-qm", "project"]):  # fmt: skip
-        subprocess.run(cmd, cwd=proj, env=_env(**git), check=True, timeout=120, capture_output=True)
+        subprocess.run(cmd, cwd=proj, env=venv_env(**git), check=True, timeout=120, capture_output=True)
 
 
-def test_dvc_exp_run_resumes_a_killed_stage_in_the_same_run(tmp_path, procs):  # noqa: F811
+@pytest.mark.slow
+def test_dvc_exp_run_resumes_a_killed_stage_in_the_same_run(tmp_path, procs):
     """`dvc exp run` checks declared outputs out with force before it runs, deleting a half-trained
     models/ folder: the checkpoint lives in checkpoints/, which is no output, and survives."""
-    proj = _long_project(tmp_path / "proj", epochs=4)
+    proj = long_project(tmp_path / "proj", epochs=4)
     # DVC deletes outputs it has no hash for, data/prepared too: let the download stage make it.
     archive = image_folder_archive(tmp_path, per_class=24)
     write_params(proj, data={"url": str(archive)}, train={"epochs": 4})
@@ -63,64 +71,67 @@ def test_dvc_exp_run_resumes_a_killed_stage_in_the_same_run(tmp_path, procs):  #
     _git_dvc_project(proj)
     exp_run = [str(VENV_BIN / "dvc"), "exp", "run", "train@single-fp32"]
     proc = procs.start(proj, cmd=exp_run, name="dvc")
-    saved = _wait_for_checkpoint(
-        proc, proj / WORK / "seed-0" / "checkpoint.pt", proj / "dvc.log", min_epoch=1
-    )
+    saved = wait_for_checkpoint(proc, proj / WORK / "seed-0" / "checkpoint.pt", proj / "dvc.log", min_epoch=1)
     os.killpg(proc.pid, signal.SIGKILL)  # dvc and the training it started
     proc.wait(30)
 
-    again = subprocess.run(exp_run, cwd=proj, env=_env(), capture_output=True, text=True, timeout=600)
+    again = subprocess.run(exp_run, cwd=proj, env=venv_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming seed 0 at epoch" in again.stdout + again.stderr
-    final = _load(proj / MODELS / "seed-0" / "model.pt")
+    final = load_pt(proj / MODELS / "seed-0" / "model.pt")
     assert final["run_id"] == saved["run_id"]
-    assert [(r.info.run_id, r.info.status) for r in _seed_runs(proj)] == [(saved["run_id"], "FINISHED")]
+    seed_runs = [(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")]
+    assert seed_runs == [(saved["run_id"], "FINISHED")]
     assert not (proj / WORK).exists()  # published: the work folder is gone
 
 
-def test_finished_seed_is_not_retrained_after_a_later_seed_is_killed(tmp_path, procs):  # noqa: F811
-    proj = _long_project(tmp_path / "proj", epochs=3, seeds=[0, 1])
+@pytest.mark.slow
+def test_finished_seed_is_not_retrained_after_a_later_seed_is_killed(tmp_path, procs):
+    proj = long_project(tmp_path / "proj", epochs=3, seeds=[0, 1])
     proc = procs.start(proj, *SINGLE)
-    _wait_for_checkpoint(proc, proj / WORK / "seed-1" / "checkpoint.pt", proj / "train.log", min_epoch=1)
+    wait_for_checkpoint(proc, proj / WORK / "seed-1" / "checkpoint.pt", proj / "train.log", min_epoch=1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    seed0 = _load(proj / WORK / "seed-0" / "model.pt")
+    seed0 = load_pt(proj / WORK / "seed-0" / "model.pt")
 
-    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=_env(),
+    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=venv_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "seed 0: already trained in this stage" in done.stderr
-    seeds = {r.info.run_name: r for r in _seed_runs(proj)}
+    seeds = {r.info.run_name: r for r in runs(proj, kind="seed")}
     assert sorted(seeds) == ["single-fp32/seed-0", "single-fp32/seed-1"]  # two runs for two seeds
     assert {r.info.status for r in seeds.values()} == {"FINISHED"}
     assert seeds["single-fp32/seed-0"].info.run_id == seed0["run_id"]
-    assert _load(proj / MODELS / "seed-0" / "model.pt")["run_id"] == seed0["run_id"]
+    assert load_pt(proj / MODELS / "seed-0" / "model.pt")["run_id"] == seed0["run_id"]
 
 
-def test_kill_before_the_first_checkpoint_reuses_the_run(tmp_path, procs):  # noqa: F811
-    proj = _long_project(tmp_path / "proj", per_class=60, epochs=2)  # 30 steps: seconds per epoch
+@pytest.mark.slow
+def test_kill_before_the_first_checkpoint_reuses_the_run(tmp_path, procs):
+    proj = long_project(tmp_path / "proj", per_class=60, epochs=2)  # 30 steps: seconds per epoch
     proc = procs.start(proj, *SINGLE)
     _wait_for(proj / WORK / "seed-0" / "run.json", proc, proj / "train.log")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not (proj / WORK / "seed-0" / "checkpoint.pt").exists(), "killed too late for this test"
-    (first,) = _seed_runs(proj)
+    (first,) = runs(proj, kind="seed")
     assert first.info.status == "RUNNING"
 
-    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=_env(),
+    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=venv_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert [(r.info.run_id, r.info.status) for r in _seed_runs(proj)] == [(first.info.run_id, "FINISHED")]
-    assert _load(proj / MODELS / "seed-0" / "model.pt")["run_id"] == first.info.run_id
+    seed_runs = [(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")]
+    assert seed_runs == [(first.info.run_id, "FINISHED")]
+    assert load_pt(proj / MODELS / "seed-0" / "model.pt")["run_id"] == first.info.run_id
 
 
-def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):  # noqa: F811
-    proj = _long_project(tmp_path / "proj", epochs=4)
+@pytest.mark.slow
+def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):
+    proj = long_project(tmp_path / "proj", epochs=4)
     server = MlflowServer(tmp_path).start()
-    env = _env(MLFLOW_TRACKING_URI=server.uri)
+    env = venv_env(MLFLOW_TRACKING_URI=server.uri)
     try:
         proc = procs.start(proj, *SINGLE, "--set", "tracking.request_timeout_s=2", env=env)
-        saved = _wait_for_checkpoint(proc, proj / WORK / "seed-0" / "checkpoint.pt", proj / "train.log")
+        saved = wait_for_checkpoint(proc, proj / WORK / "seed-0" / "checkpoint.pt", proj / "train.log")
         server.stop()
         killed_at = time.monotonic()
         code = proc.wait(240)
@@ -129,7 +140,7 @@ def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):  # 
         log = (proj / "train.log").read_text()
         assert code == 1, log
         assert saved["run_id"] in log and "re-run the same command" in log
-        kept = _load(proj / WORK / "seed-0" / "model.pt")  # trained to the end, nothing lost
+        kept = load_pt(proj / WORK / "seed-0" / "model.pt")  # trained to the end, nothing lost
         assert len(kept["history"]) == 4 and kept["pending_metrics"]
 
         server.start()
@@ -140,7 +151,7 @@ def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):  # 
         assert client.get_run(saved["run_id"]).info.status == "FINISHED"
         steps = sorted({m.step for m in client.get_metric_history(saved["run_id"], "train/loss")})
         assert steps == [1, 2, 3, 4]  # every epoch reached the store
-        assert _load(proj / MODELS / "seed-0" / "model.pt")["run_id"] == saved["run_id"]
+        assert load_pt(proj / MODELS / "seed-0" / "model.pt")["run_id"] == saved["run_id"]
     finally:
         server.stop()
 

@@ -1,9 +1,8 @@
 """MLflow recording for rank 0: runs, params, per-epoch metrics, datasets, models. DVC
 orchestrates; this module only records.
 
-The store is ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<repo root>/mlflow.db`` (with
-artifacts in ``<repo root>/mlruns``), also when DVC runs a stage in a temporary folder.
-Everything goes through ``MlflowClient`` with explicit run ids: no hidden active-run state.
+Everything goes through ``MlflowClient`` with explicit run ids: no hidden active-run state. Where
+the store is and how it is opened: ``ampbench.mlstore``; metric names: ``ampbench.metric_names``.
 
 How a study looks in the MLflow UI (one experiment, ``tracking.experiment``):
 
@@ -14,171 +13,31 @@ How a study looks in the MLflow UI (one experiment, ``tracking.experiment``):
   whole config as params, per-epoch curves, the evaluation, the dataset inputs and the model;
 - one ``compare`` run with the comparison table and chart as artifacts and no metrics, so it
   never adds charts of its own next to the training runs'.
-
-Metric names carry a section before the last ``/`` (``test/accuracy``, ``train/loss``,
-``class_accuracy/cat``): the UI groups its charts by it. Callers use flat keys
-(``test_accuracy``); ``metric_name`` maps them, so the DVC metrics files stay flat.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import platform
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from ampbench import mlstore
+from ampbench.metric_names import metric_name
+from ampbench.mlstore import TrackingError, repo_root, temporary_env, tracking_uri
+
+# Re-exported: callers import the tracking names they need from here.
+__all__ = ["KIND_TAG", "EpochHooks", "Tracker", "TrackingError", "environment_facts", "metric_name",
+           "repo_root", "temporary_env", "tracking_uri"]  # fmt: skip
+
 log = logging.getLogger(__name__)
 
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
-UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
 KIND_TAG = "ampbench.kind"  # variant | seed | compare
-
-# Flat keys of the training core and evaluation -> sectioned MLflow names.
-_NAMES = {
-    "train_loss": "train/loss",
-    "train_accuracy": "train/accuracy",
-    "lr": "train/lr",
-    "epochs_completed": "train/epochs_completed",
-    "diverged": "train/diverged",
-    "diverged_runs": "train/diverged_runs",
-    "diverged_epoch": "train/diverged_epoch",
-    "diverged_step": "train/diverged_step",
-    "test_accuracy": "test/accuracy",
-    "precision_macro": "test/precision_macro",
-    "recall_macro": "test/recall_macro",
-    "f1_macro": "test/f1_macro",
-    "accuracy_delta": "test/accuracy_delta_vs_single_fp32",
-    "p_value": "test/p_value_vs_single_fp32",
-    "epoch_seconds": "time/epoch_seconds",
-    "train_seconds": "time/train_seconds",
-    "first_epoch_seconds": "time/first_epoch_seconds",
-    "epoch_images_per_second": "speed/epoch_images_per_second",
-    "images_per_second": "speed/images_per_second",
-    "speedup": "speed/speedup_vs_single_fp32",
-    "peak_memory_mb": "memory/peak_mb",
-    "grad_scale": "amp/grad_scale",
-    "skipped_steps": "amp/skipped_steps",
-    "nonfinite_losses": "amp/nonfinite_losses",
-}
-
-
-def metric_name(key: str) -> str:
-    """The MLflow name of a flat metric key: ``test_accuracy_std`` -> ``test/accuracy_std``."""
-    if key.startswith("class_accuracy_"):
-        return "class_accuracy/" + key.removeprefix("class_accuracy_")
-    for suffix in ("", "_std", "_mean"):
-        base = key.removesuffix(suffix) if suffix else key
-        if (suffix == "" or key.endswith(suffix)) and base in _NAMES:
-            return _NAMES[base] + suffix
-    return key if "/" in key else f"other/{key}"
-
-
-class TrackingError(RuntimeError):
-    """The tracking store cannot be used; the message says which and how to fix it."""
-
-
-def repo_root() -> Path:
-    """DVC_ROOT when DVC runs us (also for `dvc exp run --temp`), else the folder holding dvc.yaml."""
-    if os.environ.get("DVC_ROOT"):
-        return Path(os.environ["DVC_ROOT"]).resolve()
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "dvc.yaml").exists():
-            return folder
-    return here
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
-
-
-def ui_base(uri: str) -> str:
-    """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
-
-
-def runs_link(uri: str, experiment_id: str) -> str:
-    """A link that opens the experiment's training runs as charts, not the GenAI overview.
-
-    The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
-    inside the hash selects the training view and the UI remembers it.
-    """
-    query = "workflowType=machine_learning&compareRunsMode=CHART"
-    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
-
-
-def _sqlite_file(uri: str) -> Path | None:
-    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
-    if not uri.startswith("sqlite:"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(uri).database
-    return Path(database) if database and database != ":memory:" else None
-
-
-@contextmanager
-def store_lock(uri: str):
-    """Exclusive flock on `<db>.lock` beside a sqlite store; no-op for any other store.
-
-    Two processes opening a new store both run MLflow's schema migration (and both create the
-    experiment): `duplicate column`, `_alembic_tmp_* already exists`, a store broken for good.
-    """
-    db = _sqlite_file(uri)
-    if db is None:
-        yield
-        return
-    lock = db.with_name(db.name + ".lock")
-    try:
-        handle = open(lock, "a")  # noqa: SIM115 (closed by the `with handle` below)
-    except OSError as err:
-        raise TrackingError(
-            f"cannot create lock file {lock} for MLflow store {uri}: {err.strerror}; make its folder "
-            "exist and writable, or fix MLFLOW_TRACKING_URI"
-        ) from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if we are killed
-        yield
-
-
-def ensure_store(uri: str):
-    """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time."""
-    from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
-
-    with store_lock(uri):
-        return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
-
-
-@contextmanager
-def temporary_env(**values: str):
-    """Set environment variables for the duration of a block, then restore them."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _http_limits(seconds: float, retries: int):
-    """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
-    return temporary_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
-                         MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
-
-
-def _brief(err: BaseException) -> str:
-    text = str(err).splitlines()[0][:300] if str(err) else ""
-    return f"{type(err).__name__}: {text}"
 
 
 def git_commit(root: Path) -> str:
@@ -211,7 +70,7 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(request_timeout_s))))
         self.uri = tracking_uri()
-        self.client = ensure_store(self.uri)
+        self.client = mlstore.ensure_store(self.uri)
         self.experiment = experiment
         self.timeout = preflight_timeout_s
         self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
@@ -225,12 +84,13 @@ class Tracker:
     def preflight(self) -> None:
         """Fail fast, before any training, if the store cannot be reached."""
         try:
-            with _http_limits(self.timeout, retries=0), store_lock(self.uri):  # one creates the experiment
+            # under the lock: one process creates the experiment
+            with mlstore.http_limits(self.timeout, retries=0), mlstore.store_lock(self.uri):
                 self.experiment_id()
         except Exception as err:
             raise TrackingError(
-                f"MLflow tracking store {self.uri} is not usable ({_brief(err)}). Start the server, fix or "
-                "unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
+                f"MLflow tracking store {self.uri} is not usable ({mlstore.brief(err)}). Start the server, "
+                "fix or unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
 
     def experiment_id(self) -> str:
@@ -248,7 +108,7 @@ class Tracker:
         return self._experiment_id
 
     def link(self) -> str:
-        return runs_link(self.uri, self.experiment_id())
+        return mlstore.runs_link(self.uri, self.experiment_id())
 
     def start(self, name: str, tags: dict, params: dict | None = None, parent: str | None = None) -> str:
         tags = {k: str(v) for k, v in tags.items()}
@@ -335,7 +195,7 @@ class Tracker:
                 # Two stages registering the same dataset at once race on its unique row in the
                 # store (sqlite: UNIQUE constraint failed); the second try finds the row.
                 if attempt == 2:
-                    log.warning("could not record dataset %s on run %s: %s", name, run_id, _brief(err))
+                    log.warning("could not record dataset %s on run %s: %s", name, run_id, mlstore.brief(err))
 
     def set_tags(self, run_id: str, tags: dict[str, object]) -> None:
         for k, v in tags.items():
@@ -388,14 +248,9 @@ class EpochHooks:
             except Exception as err:
                 if not quiet:
                     raise
-                log.warning(
-                    "MLflow store %s did not take epoch %d of run %s (%s); kept in the "
-                    "checkpoint, sent later",
-                    self.tracker.uri,
-                    epoch,
-                    self.run_id,
-                    _brief(err),
-                )
+                log.warning("MLflow store %s did not take epoch %d of run %s (%s); kept in the "
+                            "checkpoint, sent later", self.tracker.uri, epoch, self.run_id,
+                            mlstore.brief(err))  # fmt: skip
                 return False
             self.pending.pop(0)
         return True

@@ -1,0 +1,196 @@
+"""Get a data source onto local disk, verified: downloads, checksums, retries, safe extraction.
+
+``fetch`` turns a source (the official CIFAR-10 URL, any http(s) or file:// URL, a local archive
+or a local folder) into a local path whose checksums were verified; ``safe_extract`` unpacks an
+archive without trusting its member paths. What the files hold is ``ampbench.data``'s business.
+
+Every failure raises ``DataError`` whose message says what went wrong, where, and how to fix it.
+Nothing partial is ever left at a final path: downloads and extractions go to a temporary name in
+the same folder and are renamed into place only once complete and verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from tqdm import tqdm
+
+from ampbench import checkpoint
+
+log = logging.getLogger(__name__)
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
+_BACKOFF_S = 0.5  # sleep _BACKOFF_S * attempt between download attempts; tests set it to 0
+CHUNK = 1 << 20
+_NO_NETWORK_FIX = (
+    "no network? download the archive elsewhere and point data.url at the local file, e.g. "
+    "`dvc exp run -S data.url=/path/to/cifar-10-python.tar.gz` or "
+    "`make run DATA=/path/to/cifar-10-python.tar.gz`"
+)
+
+
+class DataError(Exception):
+    """Bad data source or archive; the message says what, where and how to fix."""
+
+
+class _AttemptFailed(Exception):
+    """One download attempt failed in a way worth retrying; `fix` is the hint for the user."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(reason)
+        self.fix = fix
+
+
+def _hashers(source: str, sha256: str) -> dict[str, tuple]:
+    """Name -> (hash object, expected hex digest) for every checksum that applies to `source`."""
+    wanted = {"md5": (hashlib.md5(), CIFAR10_MD5)} if source == CIFAR10_URL else {}
+    if sha256:
+        wanted["sha256"] = (hashlib.sha256(), sha256.lower())
+    return wanted
+
+
+def _mismatch(hashers: dict[str, tuple]) -> str:
+    """Empty if every digest matches, else a message naming expected and actual digests."""
+    actual = {name: h.hexdigest() for name, (h, _) in hashers.items()}
+    expected = {name: want for name, (_, want) in hashers.items()}
+    bad = [f"{n} expected {expected[n]}, got {d}" for n, d in actual.items() if d != expected[n]]
+    return "checksum mismatch: " + "; ".join(bad) if bad else ""
+
+
+def _verify_file(path: Path, source: str, sha256: str) -> str:
+    hashers = _hashers(source, sha256)
+    with open(path, "rb") as f:
+        while hashers and (chunk := f.read(CHUNK)):
+            for h, _ in hashers.values():
+                h.update(chunk)
+    return _mismatch(hashers)
+
+
+def fetch(
+    source: str, cache_dir: Path, *, sha256: str = "", retries: int = 3, timeout_s: float = 60.0
+) -> Path:
+    """Return a local, verified path for `source` (http(s)/file:// URL, archive file or folder).
+
+    Local files are used in place (sha256-checked if given); folders are returned as is. URLs are
+    downloaded into `cache_dir`, verified while streaming and renamed into place only when whole.
+    """
+    parsed = urllib.parse.urlparse(source)
+    if parsed.scheme in ("http", "https"):
+        return _download(source, Path(cache_dir), sha256, max(retries, 1), timeout_s)
+    local = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else source
+    path = Path(local).expanduser()
+    if not path.exists():
+        raise DataError(f"data source {source!r} does not exist; fix data.url")
+    if path.is_file() and (problem := _verify_file(path, source, sha256)):
+        raise DataError(f"{path}: {problem}; fix data.sha256 or replace the file")
+    return path
+
+
+def _download(url: str, cache_dir: Path, sha256: str, attempts: int, timeout_s: float) -> Path:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    final = cache_dir / (PurePosixPath(urllib.parse.urlparse(url).path).name or "download")
+    # Without a checksum a cached copy can't be shown to be this URL's content: download again.
+    if final.is_file() and _hashers(url, sha256) and not _verify_file(final, url, sha256):
+        log.info("using cached %s (checksum ok)", final)
+        return final
+    for attempt in range(1, attempts + 1):
+        try:
+            _download_once(url, final, sha256, timeout_s)
+            return final
+        except _AttemptFailed as exc:
+            error = exc
+            log.warning("download %s failed (attempt %d/%d): %s", url, attempt, attempts, exc)
+            if attempt < attempts:
+                time.sleep(_BACKOFF_S * attempt)
+    raise DataError(f"could not download {url} after {attempts} attempt(s): {error}; {error.fix}")
+
+
+def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None:
+    """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
+    hashers, got = _hashers(url, sha256), 0
+    _remove_stale(final, "part", legacy=f"{final.name}.*.part")
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=checkpoint.temp_name(final, "part") + "-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                    size = int(resp.headers.get("Content-Length") or -1)
+                    total = size if size >= 0 else None
+                    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name) as bar:
+                        while chunk := resp.read(CHUNK):
+                            out.write(chunk)
+                            for h, _ in hashers.values():
+                                h.update(chunk)
+                            got += len(chunk)
+                            bar.update(len(chunk))
+            except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
+                raise _AttemptFailed(f"network error: {exc}", _NO_NETWORK_FIX) from exc
+            if size >= 0 and got != size:
+                raise _AttemptFailed(f"short read: got {got} of {size} bytes", _NO_NETWORK_FIX)
+            if problem := _mismatch(hashers):
+                raise _AttemptFailed(problem, "check data.url and data.sha256, or retry later")
+            out.flush()
+            os.fsync(out.fileno())  # bytes must be on disk before the final name says "complete"
+        os.replace(tmp, final)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
+    name = member.name
+    if name.startswith(("/", "\\")) or PureWindowsPath(name).drive:
+        problem = "has an absolute path"
+    elif ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        problem = "contains '..'"
+    elif member.issym() or member.islnk():
+        problem = f"is a link (to {member.linkname!r})"
+    elif not (member.isreg() or member.isdir()):  # devices, fifos and anything exotic
+        problem = "is not a regular file or folder"
+    else:
+        return
+    raise DataError(f"refusing archive {archive}: member {name!r} {problem}; use a trusted archive")
+
+
+def safe_extract(archive: Path, dest: Path) -> Path:
+    """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically."""
+    archive, dest = Path(archive), Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for kind in ("extracting", "old"):
+        _remove_stale(dest, kind)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "extracting") + "-"))
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            for member in members:  # check everything before writing anything
+                _check_member(member, archive)
+            # filter="data" is a second line of defence should the checks above miss something.
+            bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
+            tar.extractall(tmp, members=bar, filter="data")
+        if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "old") + "-"))
+            os.replace(dest, old / dest.name)
+            shutil.rmtree(old)
+        os.replace(tmp, dest)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
+    """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
+    checkpoint.remove_stale_temps(path, kind)
+    for stale in path.parent.glob(legacy) if legacy else ():
+        stale.unlink(missing_ok=True)

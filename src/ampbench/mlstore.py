@@ -1,0 +1,118 @@
+"""Where the MLflow store is and how to open it safely; no runs here (that is ``tracking``).
+
+The store is ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<repo root>/mlflow.db`` (with
+artifacts in ``<repo root>/mlruns``), also when DVC runs a stage in a temporary folder. A new
+sqlite store is created and migrated by one process at a time (``store_lock``), and MLflow's HTTP
+calls can be bounded for a block (``http_limits``) so that a dead server costs seconds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message says which and how to fix it."""
+
+
+def repo_root() -> Path:
+    """DVC_ROOT when DVC runs us (also for `dvc exp run --temp`), else the folder holding dvc.yaml."""
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "dvc.yaml").exists():
+            return folder
+    return here
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
+
+
+def ui_base(uri: str) -> str:
+    """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
+
+
+def runs_link(uri: str, experiment_id: str) -> str:
+    """A link that opens the experiment's training runs as charts, not the GenAI overview.
+
+    The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
+    inside the hash selects the training view and the UI remembers it.
+    """
+    query = "workflowType=machine_learning&compareRunsMode=CHART"
+    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database
+    return Path(database) if database and database != ":memory:" else None
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Exclusive flock on `<db>.lock` beside a sqlite store; no-op for any other store.
+
+    Two processes opening a new store both run MLflow's schema migration (and both create the
+    experiment): `duplicate column`, `_alembic_tmp_* already exists`, a store broken for good.
+    """
+    db = _sqlite_file(uri)
+    if db is None:
+        yield
+        return
+    lock = db.with_name(db.name + ".lock")
+    try:
+        handle = open(lock, "a")  # noqa: SIM115 (closed by the `with handle` below)
+    except OSError as err:
+        raise TrackingError(
+            f"cannot create lock file {lock} for MLflow store {uri}: {err.strerror}; make its folder "
+            "exist and writable, or fix MLFLOW_TRACKING_URI"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if we are killed
+        yield
+
+
+def ensure_store(uri: str):
+    """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time."""
+    from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
+
+    with store_lock(uri):
+        return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
+
+
+@contextmanager
+def temporary_env(**values: str):
+    """Set environment variables for the duration of a block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def http_limits(seconds: float, retries: int):
+    """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
+    return temporary_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
+                         MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
+
+
+def brief(err: BaseException) -> str:
+    text = str(err).splitlines()[0][:300] if str(err) else ""
+    return f"{type(err).__name__}: {text}"
