@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
 KIND_TAG = "ampbench.kind"  # variant | seed | compare
+CONDITIONS_TAG = "ampbench.conditions"  # tracking.conditions: project | tutorial | demo
 
 # Flat keys of the training core and evaluation -> sectioned MLflow names.
 _NAMES = {
