@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ampbench import checkpoint, loader, precision
 from ampbench.config import Config
-from ampbench.model import AlexNet
+from ampbench.model import AlexNet, DtypeProbe, autocast_outside, forward_context
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,13 @@ class Step:
         self.stats, self.device, self.use_graph = stats, device, use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
         self.graph, self.calls = None, 0
+        self.forward_context = forward_context(model)  # nullcontext unless the claim-4 demonstration
 
     def _run(self, images, labels) -> None:
         self.opt.zero_grad(set_to_none=True)
-        out = self.model(images)
-        loss = self.criterion(out, labels)
+        with self.forward_context():
+            out = self.model(images)
+            loss = self.criterion(out, labels)
         self.scaler.scale(loss).backward()
         # Unscale explicitly: one pass checks and unscales the gradients. Left to step(), the
         # scaler makes a check-only pass and fused SGD then unscales and writes every gradient
@@ -165,6 +167,8 @@ def setup(cfg: Config, prec, strategy, num_classes: int, total_steps: int):
     t, device = cfg.train, strategy.device
     raw_model = build_model(cfg, num_classes, device)
     scaler, facts = precision.apply(prec, raw_model, device, t.amp_dtype)
+    if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated (model.py); never otherwise
+        facts.update(autocast_outside(raw_model))
     model = strategy.wrap(raw_model)
     use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph
@@ -208,6 +212,7 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
     batches = loader.make(t.loader, job.data, t.batch_size, strategy, job.seed, t.workers)
     parts = setup(cfg, job.precision, strategy, len(job.data["classes"]), t.epochs * len(batches))
     raw_model, model, opt, sched, scaler, facts, use_graph = parts
+    probe = DtypeProbe(raw_model)  # what each (DataParallel) replica's first conv really produced
     cuda = device.type == "cuda"
     state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
     if resume:
@@ -327,5 +332,6 @@ def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | No
         peak_memory_mb=peak_memory_mb(device),
         final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
         final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
+        replica_dtypes=probe.fact() or "not recorded (no training step ran)",
     )
     return {"result": result, "history": hist, "state_dict": raw_model.state_dict()}

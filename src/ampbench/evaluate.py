@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # Training results carried from model.pt into the metrics file (what `compare` summarises).
 TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak_memory_mb",
               "diverged", "devices_used", "world_size", "device_name", "amp_dtype",
-              "cuda_graph_used", "epochs_completed")  # fmt: skip
+              "cuda_graph_used", "epochs_completed", "replica_dtypes", "autocast_placement")  # fmt: skip
 
 
 class ModelFileError(ValueError):
