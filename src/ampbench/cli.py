@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="discard a checkpoint written by another configuration and start over")  # fmt: skip
     sub.add_parser("evaluate", parents=[common, variant], help="evaluate one variant's models")
     c = sub.add_parser("compare", parents=[common], help="compare variants side by side")
-    c.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
+    c.add_argument("--variants", default="", help="comma-separated variant names "
+                   "(default: the params file's `variants:` axes)")  # fmt: skip
     v = sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
     v.add_argument("--epochs", default="", help="override train.epochs (empty: params.yaml)")
     v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
@@ -211,7 +212,7 @@ def cmd_evaluate(cfg, args, argv) -> int:
 def cmd_compare(cfg, args, argv) -> int:
     from ampbench import compare, tracking
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] or _matrix_variants(args.params)
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
@@ -231,6 +232,17 @@ def cmd_compare(cfg, args, argv) -> int:
     tracker.end(run_id, "FINISHED")
     print(f"Browse the runs: {tracker.link()}")
     return 0
+
+
+def _matrix_variants(params: str) -> list[str]:
+    """The variants DVC's matrix runs (params' `variants:` axes, validated on load; all nine if absent).
+
+    tutorial/ runs `single` only: its compare stage must not look for the other six.
+    """
+    import yaml
+
+    axes = yaml.safe_load(Path(params).read_text(encoding="utf-8")).get("variants") or {}
+    return [f"{p}-{q}" for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)]
 
 
 def cmd_variant(cfg, args, argv) -> int:
