@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from ampbench import claims
+from ampbench import claims, speed_claims
 
 VERDICTS = claims.VERDICTS
 SINGLE = ("single-fp32", "single-autocast", "single-autocast_gradscaler")
@@ -70,8 +70,8 @@ def build(project: dict, tutorial: dict, bench: dict | None, sources: dict[str, 
     """The whole FINDINGS.md text."""
     studies = {"tutorial's conditions": tutorial, "project's defaults": project}
     sections = [
-        claims.claim1(studies, bench),
-        claims.claim2(studies, bench),
+        speed_claims.claim1(studies, bench),
+        speed_claims.claim2(studies, bench),
         claims.claim3(studies),
         claims.claim4(studies),
     ]
