@@ -10,13 +10,15 @@
 #   make test-fast        the same lint, then the unit tests only (pytest -m "not slow"): under a
 #                         minute on 2 cores; the end-to-end tests (stages as subprocesses, the
 #                         pipeline, dvc, mlflow server, browser) are marked slow
+#   make tutorial DATA=<path or URL>  the tutorial's conditions (DataLoader, batch 128, eager, single
+#                         GPU; experiment cifar10-amp-tutorial) in tutorial/, then docs/FINDINGS.md
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo.
 DATA_URL = $(if $(findstring ://,$(DATA)),$(DATA),$(abspath $(DATA)))
 
-.PHONY: install run demo test test-fast lint clean clean-demo
+.PHONY: install run demo tutorial findings test test-fast lint clean clean-demo clean-tutorial
 
 install: $(VENV)/.installed
 
@@ -48,6 +50,20 @@ endif
 	cd demo && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} dvc repro
 	@cat demo/reports/comparison.md
 
+# tutorial/ follows demo/'s pattern (a dvc.yaml copy, src -> ../src, its own params.yaml): the
+# study under the tutorial's conditions, to test its four claims. Then `make findings` writes
+# docs/FINDINGS.md from both studies' metrics (and reports/bench.json when it exists).
+tutorial: install
+	@cmp -s dvc.yaml tutorial/dvc.yaml || { echo "tutorial/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml tutorial/dvc.yaml; }
+ifdef DATA
+	sed -i 's|^  url: .*|  url: $(DATA_URL)|' tutorial/params.yaml
+endif
+	cd tutorial && dvc repro
+	@cat tutorial/reports/comparison.md
+
+findings: install
+	ampbench findings $(if $(wildcard reports/bench.json),--bench reports/bench.json)
+
 lint: install
 	ruff check .
 	ruff format --check .
@@ -63,3 +79,6 @@ clean:
 
 clean-demo:
 	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/dvc.lock
+
+clean-tutorial:
+	rm -rf tutorial/data tutorial/models tutorial/checkpoints tutorial/reports tutorial/dvc.lock

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ampbench.config import load_config
 from conftest import REPO, VENV_BIN, clean_env, image_folder_archive, make_dataset, mlflow_client
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
@@ -21,13 +22,28 @@ STUDY_FILES = ("data/prepared/cifar10.pt", "models/single-fp32/seed-0/model.pt",
                "reports/metrics/single-fp32.json", "reports/comparison.md")  # fmt: skip
 
 
-def test_demo_runs_the_same_pipeline():
-    """demo/dvc.yaml is the study's dvc.yaml (make demo re-syncs it; CI catches a forgotten copy)."""
-    assert (REPO / "demo" / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
-    assert (REPO / "demo" / "src").resolve() == (REPO / "src").resolve()
+@pytest.mark.parametrize("folder", ["demo", "tutorial"])
+def test_folder_runs_the_same_pipeline(folder: str):
+    """<folder>/dvc.yaml is the study's dvc.yaml (make demo / make tutorial re-sync it; CI catches a
+    forgotten copy), its src is the study's, and its runs go to an experiment of their own."""
+    assert (REPO / folder / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
+    assert (REPO / folder / "src").resolve() == (REPO / "src").resolve()
+    params = yaml.safe_load((REPO / folder / "params.yaml").read_text())
+    assert params["tracking"]["experiment"] != "cifar10-amp"
+    assert params["tracking"]["conditions"] == folder
+    load_config(REPO / folder / "params.yaml")  # valid as written
+
+
+def test_demo_is_a_subset():
     demo = yaml.safe_load((REPO / "demo" / "params.yaml").read_text())
-    assert demo["tracking"]["experiment"] != "cifar10-amp"
     assert demo["data"]["train_per_class"] > 0 and demo["data"]["test_per_class"] > 0
+
+
+def test_tutorial_has_the_tutorials_conditions():
+    t = load_config(REPO / "tutorial" / "params.yaml").train
+    assert (t.loader, t.workers, t.cuda_graph, t.batch_size, t.lr) == ("dataloader", 8, False, 128, 0.05)
+    axes = yaml.safe_load((REPO / "tutorial" / "params.yaml").read_text())["variants"]
+    assert axes["parallel"] == ["single"]
 
 
 def _digest(path: Path) -> str:

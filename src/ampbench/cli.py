@@ -7,6 +7,7 @@
     ampbench variant --precision autocast   # download if needed, train, evaluate (MLproject)
     ampbench bench --variants single-fp32,single-autocast
     ampbench estimate                       # how long the whole study takes on this CPU
+    ampbench findings                       # docs/FINDINGS.md: the tutorial's claims, tested
 
 Every stage reads params.yaml (``--params``) and accepts ``--set section.key=value`` overrides;
 the whole configuration is validated before anything runs.
@@ -79,6 +80,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="also profile STEPS ceiling steps per variant with torch.profiler and list "
                         "the time per GPU kernel (CPU: per operator); 0: off")  # fmt: skip
     b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
+    f = sub.add_parser("findings", parents=[common],
+                       help="docs/FINDINGS.md: the tutorial's claims against measured runs")  # fmt: skip
+    f.add_argument("--study", default="reports", help="the project's reports folder (default: %(default)s)")
+    f.add_argument("--tutorial", default="tutorial/reports", help="the tutorial-conditions reports folder "
+                   "(make tutorial; default: %(default)s)")  # fmt: skip
+    f.add_argument("--bench", default="", help="ampbench bench's JSON, e.g. reports/bench.json (optional)")
+    f.add_argument("--out", default="docs/FINDINGS.md", help="default: %(default)s")
+    f.add_argument("--readme", default="README.md", help="README whose findings block is refreshed "
+                   "(between <!-- findings:start/end --> markers, if any); empty: none")  # fmt: skip
     return p
 
 
@@ -220,10 +230,10 @@ def cmd_evaluate(cfg, args, argv) -> int:
 
 
 def cmd_compare(cfg, args, argv) -> int:
-    from ampbench import compare, progress, tracking
+    from ampbench import compare, estimate, tracking
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    variants = variants or progress.study_variants(args.params)  # dvc.yaml's matrix
+    variants = variants or estimate.study_variants(args.params)  # dvc.yaml's matrix
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
@@ -279,6 +289,15 @@ def cmd_estimate(cfg, args, argv) -> int:
     return 0
 
 
-COMMANDS = {"download": cmd_download, "train": cmd_train, "evaluate": cmd_evaluate,
+def cmd_findings(cfg, args, argv) -> int:
+    from ampbench import findings
+
+    findings.main(Path(args.study), Path(args.tutorial), Path(args.bench) if args.bench else None,
+                  Path(args.out), Path(args.readme) if args.readme else None)  # fmt: skip
+    print(f"wrote {args.out}")
+    return 0
+
+
+COMMANDS = {"findings": cmd_findings, "download": cmd_download, "train": cmd_train, "evaluate": cmd_evaluate,
             "compare": cmd_compare, "variant": cmd_variant, "bench": cmd_bench,
             "estimate": cmd_estimate}  # fmt: skip

@@ -28,6 +28,7 @@ PRECISIONS = tuple(_PRECISIONS)
 PARALLELS = tuple(STRATEGIES)
 LOADERS = ("device", "dataloader")
 SWITCHES = ("auto", "always", "never")  # not on/off: YAML reads those as booleans
+CONDITIONS = ("project", "tutorial", "demo")  # which study a run belongs to (tracking.conditions)
 VARIANT_AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
 # engine seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay below 2**64
 # (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31 leave room for
@@ -119,6 +120,10 @@ class TrainConfig:
     """Steps between checks that all DDP ranks still want to run (SIGTERM handling)."""
     collective_timeout_s: float = 300.0
     """A hung DDP collective fails after this many seconds."""
+    dp_autocast_outside_forward: bool = False
+    """Only to demonstrate the tutorial's claim 4 (docs/FINDINGS.md); never set it otherwise. True
+    disables the model's in-forward autocast and wraps the step's forward and loss in an outer
+    ``torch.autocast`` instead (the naive placement); ``replica_dtypes`` records what ran."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,9 @@ class TrackingConfig:
     system_metrics: str = "auto"
     """CPU/GPU utilisation and memory charts (MLflow system metrics) on the train runs:
     auto (with CUDA only), always or never."""
+    conditions: str = "project"
+    """Which study the runs belong to: project (params.yaml), tutorial (tutorial/) or demo (demo/);
+    tagged on every variant and seed run (ampbench.conditions) so `ampbench findings` can tell them apart."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,11 @@ def _ranges(cfg: Config) -> list[str]:
             "tracking.system_metrics",
             cfg.tracking.system_metrics in SWITCHES,
             f"must be one of {', '.join(SWITCHES)}",
+        ),
+        (
+            "tracking.conditions",
+            cfg.tracking.conditions in CONDITIONS,
+            f"must be one of {', '.join(CONDITIONS)}",
         ),
     ]
     problems = [f"{key}: {value!r} {why}" for key, ok, why in rules if not ok for value in [_get(cfg, key)]]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ampbench.config import Config
-from ampbench.model import AlexNet
+from ampbench.model import AlexNet, autocast_outside
 from ampbench.parallel import ParallelStrategy
 from ampbench.precision import PrecisionStrategy
 from ampbench.step import Stats, Step
@@ -92,6 +92,8 @@ def setup(cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_
         )
     raw_model = build_model(cfg, num_classes, device)
     scaler, facts = prec.apply(raw_model, device)
+    if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated (model.py); never otherwise
+        facts.update(autocast_outside(raw_model))
     model = strategy.wrap(raw_model)
     use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph

@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 # Training results carried from model.pt into the metrics file (what `compare` summarises).
 TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak_memory_mb",
               "diverged", "devices_used", "world_size", "device_name", "amp_dtype",
-              "cuda_graph_used", "epochs_completed")  # fmt: skip
+              "cuda_graph_used", "epochs_completed", "replica_dtypes", "autocast_placement")  # fmt: skip
+# Settings carried from model.pt's config into the metrics file, so a report made from it
+# (`ampbench findings`) states the conditions it measured without trusting today's params.yaml.
+CONFIG_KEYS = ("train.epochs", "train.batch_size", "train.loader", "train.workers", "train.cuda_graph",
+               "tracking.conditions")  # fmt: skip
 
 
 class ModelFileError(ValueError):
@@ -150,7 +154,8 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
                 _log_model(tracker, run_id, Scorer(model, flip), images[:2])
             variant_runs.add(saved.get("variant_run_id"))
         per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
-                         **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS}})  # fmt: skip
+                         **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS},
+                         **{k: _setting(saved["config"], k) for k in CONFIG_KEYS}})  # fmt: skip
         curves += [{"seed": seed, **h} for h in saved["history"]]
         if not confusion_rows:  # DVC's confusion template: one row per sample (first seed)
             confusion_rows = [{"actual": classes[a], "predicted": classes[p]}
@@ -245,6 +250,12 @@ def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
             f"{tracker.uri}. Point MLFLOW_TRACKING_URI at the store the model was trained with "
             f"(unset it for the repo's mlflow.db), or {_retrain_hint(path)}"
         ) from None
+
+
+def _setting(config: dict, dotted: str):
+    """One setting of a model file's saved config; None where an older file lacks it."""
+    section, name = dotted.split(".")
+    return config.get(section, {}).get(name)
 
 
 def _mean_std(per_seed: list[dict]) -> dict:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from ampbench import engine, loader
 from ampbench.checkpoint_writer import CheckpointWriter
+from ampbench.model import DtypeProbe
 from ampbench.precision import scale_tensor
 from ampbench.step import Totals
 
@@ -51,6 +52,7 @@ class SeedTraining:
         total = t.epochs * len(self.batches)
         self.trainer = engine.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
         self.step = engine.make_step(self.trainer, job.cfg, job.strategy)
+        self.probe = DtypeProbe(self.trainer.raw_model)  # what each (DataParallel) replica really ran
         self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
         if resume:
             self.trainer.load(resume)
@@ -165,6 +167,7 @@ class SeedTraining:
             peak_memory_mb=engine.peak_memory_mb(self.device),
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
+            replica_dtypes=self.probe.fact() or "not recorded (no training step ran)",
             checkpoint_seconds=self.writer.blocked_seconds,
             checkpoints_written=self.writer.writes,
             **self.times,

@@ -10,6 +10,10 @@ loader, the DataLoader path and evaluation all feed the same thing.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -47,8 +51,69 @@ class AlexNet(nn.Module):
         # Set by the precision strategy; plain attributes so DataParallel replicas copy them.
         self.amp_enabled = False
         self.amp_dtype = torch.bfloat16
+        # (device type, dtype) of an autocast the training step enters around the forward: set
+        # only by autocast_outside(), the claim-4 demonstration. None: autocast stays in forward.
+        self.outer_autocast = None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = (images.float() - self.mean) * self.inv_std
+        if self.outer_autocast is not None:  # claim-4 demonstration: no autocast here, not even
+            return self.classifier(self.features(x)).float()  # enabled=False (it would undo the caller's)
         with torch.autocast(x.device.type, dtype=self.amp_dtype, enabled=self.amp_enabled):
             return self.classifier(self.features(x)).float()
+
+
+# The tutorial's claim 4 (docs/FINDINGS.md): "DataParallel needs autocast inside forward, or the
+# replicas run in fp32". torch 2.14's parallel_apply re-enters autocast in each replica thread
+# with `torch.amp.autocast(device_type, enabled=torch.is_autocast_enabled())`: the outer
+# autocast's *enabled* flag crosses into the thread, its dtype does not (autocast state is
+# thread-local; a fresh thread has the device's default, float16 on CUDA). So replicas run
+# float16 under an outer float16 or bfloat16 autocast alike. The helpers below let a run place
+# autocast the naive way and record what the replicas really ran.
+
+
+def autocast_outside(model: AlexNet) -> dict[str, str]:
+    """Move the model's autocast out of forward into the training step (demonstration only).
+
+    Returns the fact to log. A model without autocast (fp32) is left alone: nothing to move.
+    """
+    if not model.amp_enabled:
+        return {"autocast_placement": "none"}
+    device_type = next(model.parameters()).device.type
+    model.outer_autocast = (device_type, model.amp_dtype)
+    model.amp_enabled = False
+    return {"autocast_placement": "outside_forward"}
+
+
+def forward_context(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager]:
+    """What the training step enters around forward and loss: the outer autocast, or nothing.
+
+    ``model`` may be wrapped (DataParallel / DDP keep the AlexNet in ``.module``).
+    """
+    spec = getattr(getattr(model, "module", model), "outer_autocast", None)
+    if spec is None:
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, spec[0], dtype=spec[1])
+
+
+class DtypeProbe:
+    """Records the dtype the first convolution produced in training, per device.
+
+    A forward hook on the AlexNet's first Conv2d; DataParallel's replicas share the hook (replicate
+    copies the module's hook dict), so each GPU's replica reports its own output dtype. Only the
+    first training forward per device is kept (one dict lookup per call after that); evaluation
+    (eval mode) is not recorded. Under a CUDA graph the hook runs at capture, which is the step.
+    """
+
+    def __init__(self, model: AlexNet) -> None:
+        self.seen: dict[str, str] = {}
+        conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+        self.handle = conv.register_forward_hook(self._hook)
+
+    def _hook(self, module: nn.Module, inputs, output: torch.Tensor) -> None:
+        if module.training and str(output.device) not in self.seen:
+            self.seen[str(output.device)] = str(output.dtype).removeprefix("torch.")
+
+    def fact(self) -> str:
+        """`cuda:0=float16,cuda:1=float16` (sorted by device); empty before any training step."""
+        return ",".join(f"{device}={dtype}" for device, dtype in sorted(self.seen.items()))

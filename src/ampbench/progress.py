@@ -1,7 +1,7 @@
 """A progress bar over a train stage's whole work, and honest time estimates from its first steps.
 
 ``StageProgress`` is created by ``train.train_variant`` (one per train stage, ``for_stage``) and
-told about every step by ``engine.train_seed``. It draws a bar over the stage's work (seeds x
+told about every step by ``loop.train_seed``. It draws a bar over the stage's work (seeds x
 epochs x steps) beside the per-epoch bar, times the first steps (after the warm-up, two device
 syncs in all), and then logs, on rank 0 only:
 
@@ -86,7 +86,7 @@ class StageProgress:
             self.bar = tqdm(total=len(self.seeds) * self.per_seed, desc=f"{variant} (all seeds)",
                             unit="step", position=0, dynamic_ncols=True, disable=None)  # fmt: skip
 
-    # --- called by engine.train_seed -------------------------------------------------------
+    # --- called by loop.train_seed -------------------------------------------------------
     def start_seed(self, seed: int, epoch: int = 0, step: int = 0) -> None:
         """A seed starts (or resumes at epoch/step): the stage bar jumps to its place."""
         self.seed, self.epoch, self.step_in_epoch = seed, epoch, step

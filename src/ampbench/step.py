@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ampbench import precision
+from ampbench.model import forward_context
 
 
 @dataclass
@@ -81,11 +82,13 @@ class Step:
         self.criterion, self.stats, self.use_graph = criterion, stats, trainer.use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
         self.graph, self.calls = None, 0
+        self.forward_context = forward_context(self.model)  # nullcontext unless the claim-4 demonstration
 
     def _run(self, images, labels) -> None:
         self.opt.zero_grad(set_to_none=True)
-        out = self.model(images)
-        loss = self.criterion(out, labels)
+        with self.forward_context():
+            out = self.model(images)
+            loss = self.criterion(out, labels)
         self.scaler.scale(loss).backward()
         # Unscale explicitly: one pass checks and unscales the gradients. Left to step(), the
         # scaler makes a check-only pass and fused SGD then unscales and writes every gradient

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_PARAM = 6000  # MLflow's limit on a param value's length
 KIND_TAG = "ampbench.kind"  # variant | seed | compare
+CONDITIONS_TAG = "ampbench.conditions"  # tracking.conditions: project | tutorial | demo
 
 
 def git_commit(root: Path) -> str:

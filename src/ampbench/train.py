@@ -30,7 +30,7 @@ import torch
 from ampbench import checkpoint, data, engine, loader, loop, parallel, precision, progress
 from ampbench.config import Config
 from ampbench.timing import StageClock
-from ampbench.tracking import KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
+from ampbench.tracking import CONDITIONS_TAG, KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def _variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str
     tags = {"parallel": parallel_name, "precision": precision_name}
     params = {"variant": variant, **tags, "seeds": ",".join(map(str, cfg.train.seeds)),
               "config_digest": digest, **environment_facts()}  # fmt: skip
-    run_id = tracker.variant_run(variant, tags, params)
+    run_id = tracker.variant_run(variant, {**tags, CONDITIONS_TAG: cfg.tracking.conditions}, params)
     _write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
     return run_id
 
@@ -268,7 +268,7 @@ def _seed_run(stage: _Stage, job: engine.Job, variant: str, digest: str, extra: 
     params = {**job.cfg.flat(), "variant": variant, "parallel": parallel_name, "precision": precision_name,
               "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
     tags = {KIND_TAG: "seed", "variant": variant, "parallel": parallel_name, "precision": precision_name,
-            "seed": job.seed}  # fmt: skip
+            "seed": job.seed, CONDITIONS_TAG: job.cfg.tracking.conditions}  # fmt: skip
     run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
     stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
     _write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher

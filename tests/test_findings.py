@@ -1,0 +1,158 @@
+"""`ampbench findings` (docs/FINDINGS.md): each claim's section and verdict line, from hand-made
+metrics (fast), and end to end from tiny train + evaluate runs in both conditions (slow), whose
+cited run ids must exist in the MLflow store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ampbench import claims, findings
+from conftest import mlflow_client, run_cli, write_params
+
+PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
+RUN_ID = re.compile(r"`([0-9a-f]{32})`")
+
+
+def _id(name: str) -> str:
+    """A made-up MLflow run id (32 hex digits), unique per name."""
+    return hashlib.md5(name.encode()).hexdigest()
+
+
+def _record(variant: str, accs, ips, batch=128, loader="dataloader", **extra) -> dict:
+    seeds = [
+        {"seed": i, "run_id": _id(f"{variant}-seed{i}"), "variant_run_id": _id(variant), "test_accuracy": a,
+         "images_per_second": s, "train_seconds": 50000 * 20 / s, "device_name": "NVIDIA H200",
+         "amp_dtype": "float32" if variant.endswith("fp32") else "float16", "cuda_graph_used": False,
+         "epochs_completed": 20, "devices_used": 1, "train.batch_size": batch, "train.loader": loader,
+         "train.workers": 8, **extra}
+        for i, (a, s) in enumerate(zip(accs, ips))
+    ]  # fmt: skip
+    return {"variant": variant, "seeds": seeds}
+
+
+def _study(ips: dict, accs: dict, **extra) -> dict:
+    return {f"single-{p}": _record(f"single-{p}", accs[p], ips[p], **extra) for p in PRECISIONS}
+
+
+def _write(folder: Path, study: dict) -> Path:
+    (folder / "metrics").mkdir(parents=True)
+    for variant, rec in study.items():
+        (folder / "metrics" / f"{variant}.json").write_text(json.dumps(rec))
+    return folder
+
+
+SAME_ACC = {p: [0.85, 0.86, 0.855] for p in PRECISIONS}
+TUTORIAL = _study({"fp32": [22e3, 22.1e3, 21.9e3], "autocast": [23e3, 23.2e3, 22.9e3],
+                   "autocast_gradscaler": [20e3, 20.1e3, 19.9e3]}, SAME_ACC)  # fmt: skip
+PROJECT = _study({"fp32": [52e3, 52.5e3, 51.8e3], "autocast": [137e3, 136e3, 138e3],
+                  "autocast_gradscaler": [121e3, 122e3, 120e3]},
+                 SAME_ACC, batch=512, loader="device")  # fmt: skip
+BENCH = {"hardware": "NVIDIA H200", "batch": 128, "rows": [
+    {"measure": "ceiling", "variant": "single-fp32", "images_per_second": 52e3, "ms_per_step": 2.46, "x": 1},
+    {"measure": "ceiling", "variant": "single-autocast", "images_per_second": 137e3, "ms_per_step": 0.93},
+    {"measure": "ceiling", "variant": "single-autocast_gradscaler", "images_per_second": 121e3,
+     "ms_per_step": 1.06, "median_of_windows": True},
+    {"measure": "dataloader (8 workers)", "variant": "single-autocast_gradscaler", "images_per_second": 22e3,
+     "ms_per_step": 5.8}],
+    "profiles": {"single-autocast_gradscaler": {"ms_per_step": 1.06, "kernels": [
+        {"kernel": "void at::native::_amp_foreach_non_finite_check_and_unscale_cuda_kernel",
+         "us_per_step": 42.0}]}}}  # fmt: skip
+
+
+def test_report_has_each_claim_and_a_verdict_of_the_fixed_form():
+    text = findings.build(PROJECT, TUTORIAL, BENCH, {"project's study": "reports"})
+    found = findings.verdicts(text)
+    assert sorted(found) == [1, 2, 3, 4] and all(v in claims.VERDICTS for v, _ in found.values())
+    for n in range(1, 5):
+        assert f"## Claim {n}: " in text
+    assert found[1][0] == "holds only under the tutorial's conditions"  # 1.05x vs 2.6x
+    assert found[2][0] == "holds only under the tutorial's conditions"  # 0.91x fp32 there, 2.3x here
+    assert found[3][0] == "does not hold"  # identical accuracies: no test is significant
+    assert found[4][0] == "not tested here"  # no dp run with autocast outside forward on 2+ GPUs
+    assert "22,000 images/s" in text and "42.0 µs per step" in text  # bench: DataLoader, non_finite
+    cited = set(RUN_ID.findall(text))
+    expected = {s["run_id"] for st in (PROJECT, TUTORIAL) for r in st.values() for s in r["seeds"]}
+    assert expected <= cited
+    assert "NVIDIA H200, batch 128, dataloader (8 workers), eager, float16" in text
+    assert "## Summary" in text and "1. autocast barely speeds training up — **holds only" in text
+
+
+def test_a_real_accuracy_difference_and_the_claim4_run():
+    accs = dict(SAME_ACC, autocast=[0.80, 0.801, 0.799])
+    facts = {"devices_used": 2, "autocast_placement": "outside_forward",
+             "replica_dtypes": "cuda:0=float16,cuda:1=float16"}  # fmt: skip
+    dp = _record("dp-autocast", [0.85, 0.86], [1e4, 1e4], **facts)
+    project = {**_study({p: [5e4, 5.1e4, 4.9e4] for p in PRECISIONS}, accs), "dp-autocast": dp}
+    text = findings.build(project, TUTORIAL, None, {})
+    found = findings.verdicts(text)
+    assert found[1][0] == "holds" and found[2][0] == "holds only under the tutorial's conditions"
+    assert found[3][0] == "holds" and "single-autocast (project's defaults" in found[3][1]
+    assert found[4][0] == "does not hold" and "cuda:1=float16" in found[4][1]
+    assert "no bench JSON given" in text
+
+
+def test_missing_inputs_say_how_to_make_them(tmp_path: Path):
+    _write(tmp_path / "reports", PROJECT)
+    with pytest.raises(findings.FindingsError, match=r"single-fp32\.json.*make tutorial DATA="):
+        findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", None, tmp_path / "F.md", None)
+    _write(tmp_path / "tutorial/reports", TUTORIAL)
+    with pytest.raises(findings.FindingsError, match="ampbench bench"):
+        findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", tmp_path / "b.json",
+                      tmp_path / "F.md", None)  # fmt: skip
+
+
+def test_readme_block_is_filled_from_the_verdicts(tmp_path: Path):
+    _write(tmp_path / "reports", PROJECT)
+    _write(tmp_path / "tutorial/reports", TUTORIAL)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{findings.README_START}\nOUTDATED\n{findings.README_END}\nrest\n")
+    findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", None, tmp_path / "docs/F.md", readme)
+    text = readme.read_text()
+    assert "OUTDATED" not in text and text.endswith("rest\n") and "4. DataParallel needs" in text
+    assert "**not tested here**" in text
+
+
+@pytest.mark.slow
+def test_findings_from_tiny_runs_in_both_conditions(project: Path):
+    """Train + evaluate single-{fp32, autocast, autocast_gradscaler} in both conditions (2 seeds,
+    1 epoch), then `ampbench findings`; every cited run id is a run of the store."""
+    tiny = {"epochs": 1, "seeds": [0, 1], "batch_size": 10}
+    tutorial = project / "tutorial"
+    tutorial.mkdir()
+    (tutorial / "data").symlink_to(project / "data")
+    (tutorial / "dvc.yaml").symlink_to(project / "dvc.yaml")  # the store stays at the project root
+    write_params(project, train=tiny)
+    write_params(tutorial, train={**tiny, "loader": "dataloader", "workers": 0, "cuda_graph": False},
+                 tracking={"experiment": "cifar10-amp-tutorial", "conditions": "tutorial"})  # fmt: skip
+    env_uri = {"MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
+    for folder in (project, tutorial):
+        for prec in PRECISIONS:
+            for stage in ("train", "evaluate"):
+                run_cli(folder, stage, "--parallel", "single", "--precision", prec, env=_env(env_uri))
+    proc = run_cli(project, "findings", "--readme", "", env=_env(env_uri))
+    assert "wrote docs/FINDINGS.md" in proc.stdout
+    text = (project / "docs" / "FINDINGS.md").read_text()
+    found = findings.verdicts(text)
+    assert sorted(found) == [1, 2, 3, 4] and all(v in claims.VERDICTS for v, _ in found.values())
+    cited = set(RUN_ID.findall(text))
+    client = mlflow_client(project)
+    runs = {}
+    for name in ("cifar10-amp", "cifar10-amp-tutorial"):
+        exp = client.get_experiment_by_name(name)
+        runs.update({r.info.run_id: r for r in client.search_runs([exp.experiment_id])})
+    assert cited and cited <= set(runs), cited - set(runs)
+    conditions = {runs[r].data.tags.get("ampbench.conditions") for r in cited}
+    assert conditions == {"project", "tutorial"}
+    assert len(cited) == 2 * 3 * (1 + 2)  # per condition: 3 variants x (variant run + 2 seeds)
+
+
+def _env(extra: dict) -> dict:
+    from conftest import clean_env
+
+    return clean_env(**extra)
