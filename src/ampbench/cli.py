@@ -212,14 +212,18 @@ def cmd_train(cfg, args, argv) -> int:
 
 def cmd_evaluate(cfg, args, argv) -> int:
     from ampbench import data, evaluate, tracking
+    from ampbench.timing import StageClock
 
+    clock = StageClock()
     _check_prepared(cfg)
     tracker = tracking.Tracker.from_config(cfg)
     tracker.preflight()
     variant = f"{args.parallel}-{args.precision}"
     data_ref = {"digest": data.file_digest(DATA_FILE), "source": cfg.data.url}
-    summary = evaluate.evaluate_variant(variant, cfg.train.seeds, MODELS_DIR, data.load_dataset(DATA_FILE),
-                                        REPORTS_DIR, tracker, cfg.tracking.log_model, data_ref)  # fmt: skip
+    dataset = data.load_dataset(DATA_FILE)
+    clock.mark("setup")
+    summary = evaluate.evaluate_variant(variant, cfg.train.seeds, MODELS_DIR, dataset, REPORTS_DIR, tracker,
+                                        cfg.tracking.log_model, data_ref, clock)  # fmt: skip
     log.info("%s: test accuracy %.4f ± %.4f over %d seeds", variant, summary["test_accuracy"],
              summary["test_accuracy_std"], len(summary["seeds"]))  # fmt: skip
     launcher = tracker.launcher_run_id  # under `mlflow run`: the entry point's run gets the summary too

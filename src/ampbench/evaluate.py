@@ -29,6 +29,7 @@ from ampbench import checkpoint, precision
 from ampbench.config import ModelConfig
 from ampbench.engine import predict
 from ampbench.model import AlexNet
+from ampbench.timing import StageClock
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,14 @@ class Scorer(torch.nn.Module):
 
 
 def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path, tracker=None,
-                     log_model: bool = False, data_ref: dict | None = None) -> dict:  # fmt: skip
+                     log_model: bool = False, data_ref: dict | None = None, clock=None) -> dict:  # fmt: skip
     """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics.
 
-    ``data_ref`` ({"digest", "source"}) names the test data in MLflow's Dataset column.
+    ``data_ref`` ({"digest", "source"}) names the test data in MLflow's Dataset column. ``clock``
+    (a timing.StageClock started with the process's stage) times the parts: time/evaluate_* on the
+    variant run.
     """
+    clock = clock or StageClock()
     precision_name = variant.split("-", 1)[1]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision.disable_tf32()  # fp32 is evaluated in true fp32 too
@@ -138,9 +142,12 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
+        clock.mark("load")
         flip = saved["config"]["train"]["eval_flip"]
         preds = predict(model, images, flip).cpu()
+        clock.mark("predict")
         metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
+        clock.mark("scores")
         run_id = saved["run_id"]
         if tracker is not None:
             # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
@@ -150,8 +157,10 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             if data_ref:
                 tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"],
                                     "evaluation")  # fmt: skip
+            clock.mark("logging")
             if log_model:
                 _log_model(tracker, run_id, Scorer(model, flip), images[:2])
+                clock.mark("model_logging")
             variant_runs.add(saved.get("variant_run_id"))
         per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
                          **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS},
@@ -161,9 +170,17 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             confusion_rows = [{"actual": classes[a], "predicted": classes[p]}
                               for a, p in zip(labels.tolist(), preds.tolist())]  # fmt: skip
     summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
+    _write(reports_dir, variant, summary, curves, confusion_rows)
+    clock.mark("reports")
     for variant_run in variant_runs - {None}:
         log_aggregates(tracker, variant_run, summary, curves)
-    _write(reports_dir, variant, summary, curves, confusion_rows)
+    clock.mark("logging")
+    times = clock.breakdown(prefix="evaluate_")
+    log.info(
+        "%s: evaluate stage %s", variant, ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in times.items())
+    )
+    for variant_run in variant_runs - {None}:
+        tracker.log_metrics(variant_run, times)
     return summary
 
 
@@ -200,7 +217,7 @@ def _log_model(tracker, run_id: str, scorer: Scorer, example: torch.Tensor) -> N
     # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
     with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
         mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
-                                 pip_requirements=requirements)  # fmt: skip
+                                 pip_requirements=requirements, validate_serving_input=False)  # fmt: skip
 
 
 class _active_run:

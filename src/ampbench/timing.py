@@ -36,8 +36,9 @@ class StageClock:
         self.parts[part] = self.parts.get(part, 0.0) + seconds
         return seconds
 
-    def breakdown(self) -> dict[str, float]:
-        out = {"time/startup_seconds": self.startup}
-        out.update({f"time/{k}_seconds": v for k, v in self.parts.items()})
-        out["time/stage_seconds"] = self.startup + time.perf_counter() - self.t0
+    def breakdown(self, prefix: str = "") -> dict[str, float]:
+        """`time/<prefix><part>_seconds` for start-up, every part, and the stage so far."""
+        out = {f"time/{prefix}startup_seconds": self.startup}
+        out.update({f"time/{prefix}{k}_seconds": v for k, v in self.parts.items()})
+        out[f"time/{prefix}stage_seconds"] = self.startup + time.perf_counter() - self.t0
         return {k: v for k, v in out.items() if not math.isnan(v)}

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ampbench import mlstore
+from ampbench.epoch_hooks import EpochHooks
 from ampbench.metric_names import metric_name
 from ampbench.mlstore import TrackingError, repo_root, temporary_env, tracking_uri
 
@@ -223,38 +224,3 @@ class Tracker:
                     self.end(run_id, "FAILED")
             except Exception as err:  # the store itself may be what failed
                 log.warning("could not mark run %s FAILED: %s", run_id, err)
-
-
-class EpochHooks:
-    """Forwards the training core's per-epoch metrics to one seed run.
-
-    A failing store never stops training or a checkpoint: metrics it could not take are kept
-    (``state()`` goes into the checkpoint) and sent with the next epoch's, or by a re-run.
-    """
-
-    def __init__(self, tracker: Tracker, run_id: str, pending: list | None = None) -> None:
-        self.tracker, self.run_id = tracker, run_id
-        self.pending: list = list(pending or [])
-
-    def on_epoch(self, epoch: int, metrics: dict) -> None:
-        self.pending.append([epoch, dict(metrics)])
-        self.flush(quiet=True)
-
-    def flush(self, quiet: bool = False) -> bool:
-        """Send what is pending; True when nothing is left. ``quiet``: warn instead of raising."""
-        while self.pending:
-            epoch, metrics = self.pending[0]
-            try:
-                self.tracker.log_metrics(self.run_id, metrics, step=epoch)
-            except Exception as err:
-                if not quiet:
-                    raise
-                log.warning("MLflow store %s did not take epoch %d of run %s (%s); kept in the "
-                            "checkpoint, sent later", self.tracker.uri, epoch, self.run_id,
-                            mlstore.brief(err))  # fmt: skip
-                return False
-            self.pending.pop(0)
-        return True
-
-    def state(self) -> list:
-        return [list(p) for p in self.pending]

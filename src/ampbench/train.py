@@ -135,6 +135,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
             stage = _Stage(tracker, _variant_run(tracker, work, variant, cfg), data_file, cfg)
             log.info("%s: MLflow runs at %s", variant, tracker.link())
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
+        monitor = _system_metrics(stage, stage.variant_run_id) if stage else None
         try:
             results = []
             prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
@@ -157,6 +158,9 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
                 stage, "KILLED" if isinstance(err, (engine.Stopped, KeyboardInterrupt)) else "FAILED"
             )
             raise
+        finally:
+            if monitor:
+                monitor.finish()
         _end_variant_run(stage, "FINISHED")
         return results if strategy.is_main else []
     finally:
@@ -287,29 +291,23 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
             _close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return {"seed": job.seed, "run_id": done["run_id"], **done["result"]}
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
-    run_id = hooks = monitor = None
+    run_id = hooks = None
     if main:
         run_id = resume["run_id"] if resume else _seed_run(stage, job, variant, digest, extra)
         if resume:
             stage.tracker.resume(run_id)
         log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
         hooks = EpochHooks(stage.tracker, run_id, resume.get("hooks") if resume else None)
-        monitor = _system_metrics(stage, run_id)
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
     try:
         out = loop.train_seed(job, hooks, resume, meta)
-    except engine.Stopped:
+    except BaseException as err:
         if main:
-            stage.tracker.end_quietly(run_id, "KILLED")
+            hooks.close()  # the epochs it has sent arrive before the run is ended
+            stage.tracker.end_quietly(run_id, "KILLED" if isinstance(err, engine.Stopped) else "FAILED")
         raise
-    except BaseException:
-        if main:
-            stage.tracker.end_quietly(run_id, "FAILED")
-        raise
-    finally:
-        if monitor:
-            monitor.finish()
     if main:
+        hooks.close()  # the sender's last try; what it could not send stays pending (model.pt)
         t0 = time.perf_counter()
         final = job.checkpoint_path.with_name("model.pt")
         saved = {"state_dict": out["state_dict"], "config": dataclasses.asdict(cfg), "variant": variant,
@@ -332,7 +330,7 @@ def _close_seed_run(stage: _Stage, saved: dict, final: Path, timed: dict | None 
     tracker, run_id, result = stage.tracker, saved["run_id"], saved["result"]
     if tracker.status(run_id) == "FINISHED":
         return
-    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"))
+    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"), background=False)
     try:
         hooks.flush()
         facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
@@ -357,7 +355,9 @@ def _close_seed_run(stage: _Stage, saved: dict, final: Path, timed: dict | None 
 
 
 def _system_metrics(stage: _Stage, run_id: str):
-    """CPU/GPU utilisation and memory of this seed run (the UI's system/ charts), if enabled."""
+    """CPU/GPU utilisation and memory over the whole stage, on the variant run (the row the UI
+    shows; system/ charts), if enabled. One monitor per stage: starting NVML and a sampler per
+    seed cost about a second each time, for seeds that train in seconds."""
     if not stage.system_metrics:
         return None
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
