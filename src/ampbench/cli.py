@@ -11,6 +11,10 @@
 
 Every stage reads params.yaml (``--params``) and accepts ``--set section.key=value`` overrides;
 the whole configuration is validated before anything runs.
+
+Why ~300 lines: the parser (one entry per stage) and the stages' mains belong together, so that one
+file shows every command, its options and what it calls; each main is a few lines around a call
+into the module that does the work.
 """
 
 from __future__ import annotations

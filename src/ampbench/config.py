@@ -5,6 +5,10 @@ overrides from the command line, and validates everything before any side effect
 wrong types and out-of-range values are collected and reported together, each by its dotted key.
 
     cfg = load_config("params.yaml", overrides=["train.epochs=1"])
+
+Why ~370 lines: every setting's docstring sits beside its field and its range check in one place
+(what a setting means and what it accepts are read together); the rest is the loader that reports
+every problem at once.
 """
 
 from __future__ import annotations

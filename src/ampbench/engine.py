@@ -40,6 +40,7 @@ class Job:
     checkpoint_path: Path
     stop_requested: Callable[[], bool] = lambda: False
     progress: object | None = None  # progress.StageProgress: stage bar and time estimates
+    writer: object | None = None  # checkpoint_writer.CheckpointWriter shared by a stage's seeds
 
 
 class NullHooks:

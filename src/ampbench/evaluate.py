@@ -14,18 +14,17 @@ per-epoch curves: one row per variant in the UI. Writes DVC metrics
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import logging
 import statistics
-import tempfile
 from pathlib import Path
 
 import torch
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
 from ampbench import checkpoint, precision
+from ampbench import evaluate_runs as runs
 from ampbench.config import ModelConfig
 from ampbench.engine import predict
 from ampbench.model import AlexNet
@@ -92,23 +91,6 @@ def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], di
     return metrics, cm.tolist(), report
 
 
-def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import ConfusionMatrixDisplay
-
-    fig, ax = plt.subplots(figsize=(8, 7))
-    ConfusionMatrixDisplay(torch.tensor(cm).numpy(), display_labels=classes).plot(
-        ax=ax, xticks_rotation=45, colorbar=False, values_format="d"
-    )
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 class Scorer(torch.nn.Module):
     """What the logged MLflow model serves: class scores of uint8 images, exactly as ranked here."""
 
@@ -153,13 +135,13 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
             # extra point at step 0 and the run's latest value is the evaluation's.
             step = len(saved["history"])
-            _log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes)
+            runs.log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes)
             if data_ref:
                 tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"],
                                     "evaluation")  # fmt: skip
             clock.mark("logging")
             if log_model:
-                _log_model(tracker, run_id, Scorer(model, flip), images[:2])
+                runs.log_model(tracker, run_id, Scorer(model, flip), images[:2])
                 clock.mark("model_logging")
             variant_runs.add(saved.get("variant_run_id"))
         per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
@@ -173,7 +155,7 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
     _write(reports_dir, variant, summary, curves, confusion_rows)
     clock.mark("reports")
     for variant_run in variant_runs - {None}:
-        log_aggregates(tracker, variant_run, summary, curves)
+        runs.log_aggregates(tracker, variant_run, summary, curves)
     clock.mark("logging")
     times = clock.breakdown(prefix="evaluate_")
     log.info(
@@ -182,63 +164,6 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
     for variant_run in variant_runs - {None}:
         tracker.log_metrics(variant_run, times)
     return summary
-
-
-AGGREGATE_KEYS = ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb")
-CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second", "skipped_steps")
-
-
-def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> None:
-    """The variant's row: mean per-epoch curves over seeds, then mean and std of the results."""
-    by_epoch: dict[int, list[dict]] = {}
-    for row in curves:
-        by_epoch.setdefault(int(row["epoch"]), []).append(row)
-    for epoch, rows in sorted(by_epoch.items()):
-        means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
-        tracker.log_metrics(run_id, means, step=epoch)
-    last = max(by_epoch, default=0)
-    values = {k: summary[k] for k in AGGREGATE_KEYS if summary.get(k) is not None}
-    values.update({f"{k}_std": summary[f"{k}_std"] for k in AGGREGATE_KEYS if summary.get(k) is not None})
-    values["diverged_runs"] = summary["diverged_runs"]
-    tracker.log_metrics(run_id, values, step=last)
-
-
-def _log_model(tracker, run_id: str, scorer: Scorer, example: torch.Tensor) -> None:
-    """An MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
-    import mlflow.pytorch
-
-    from ampbench.tracking import temporary_env
-
-    cpu = copy.deepcopy(scorer).cpu().eval()
-    # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
-    requirements = [f"torch=={torch.__version__.split('+')[0]}"]
-    # The program is exported for the CPU; MLflow checks the input example by loading it on
-    # CUDA when CUDA is there, which a CPU program refuses. (Users on a GPU machine load it with
-    # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
-    with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
-        mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
-                                 pip_requirements=requirements, validate_serving_input=False)  # fmt: skip
-
-
-class _active_run:
-    """mlflow.pytorch.log_model logs into the active run: make the seed run active, briefly."""
-
-    def __init__(self, tracker, run_id: str) -> None:
-        self.tracker, self.run_id = tracker, run_id
-
-    def __enter__(self):
-        import mlflow
-
-        mlflow.set_tracking_uri(self.tracker.uri)
-        self.status = self.tracker.client.get_run(self.run_id).info.status
-        # start_run on a finished run would only resume it; it keeps the status we restore below.
-        return mlflow.start_run(run_id=self.run_id)
-
-    def __exit__(self, *exc) -> None:
-        import mlflow
-
-        mlflow.end_run()
-        self.tracker.end(self.run_id, self.status)
 
 
 def _check_model_file(saved: dict, variant: str, seed: int, path: Path, tracker) -> None:
@@ -283,17 +208,6 @@ def _mean_std(per_seed: list[dict]) -> dict:
         out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
     out["diverged_runs"] = sum(bool(r.get("diverged")) for r in per_seed)
     return out
-
-
-def _log_to_run(tracker, run_id, step, title, metrics, cm, report, classes):
-    tracker.log_metrics(run_id, metrics, step=step)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        confusion_png(cm, classes, f"{title}: confusion matrix", tmp / "confusion_matrix.png")
-        (tmp / "confusion_matrix.json").write_text(json.dumps({"classes": classes, "matrix": cm}))
-        (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
-        for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
-            tracker.log_artifact(run_id, tmp / name, "evaluation")
 
 
 def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], confusion: list[dict]):

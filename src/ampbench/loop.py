@@ -35,8 +35,8 @@ def train_seed(job: engine.Job, hooks=None, resume: dict | None = None, meta: di
             metrics.update(run.evaluate(epoch))
             if run.end_epoch(epoch, metrics):
                 break
-    finally:
-        run.writer.wait()  # joined on every way out; a failed write raises here
+    finally:  # joined on every way out; a failed write raises here
+        run.writer.wait() if job.writer else run.writer.close()
     return run.summary()
 
 
@@ -64,7 +64,8 @@ class SeedTraining:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.result = {"diverged": False, **self.trainer.facts, **job.strategy.facts()}
-        self.writer = CheckpointWriter()
+        self.writer = job.writer or CheckpointWriter()  # the stage's, else one of its own
+        self.blocked_before, self.writes_before = self.writer.blocked_seconds, self.writer.writes
         self.last_save = time.perf_counter()
         self.times = {"eval_seconds": 0.0, "logging_seconds": 0.0, "setup_seconds": time.perf_counter() - t0}
         if job.progress:
@@ -168,8 +169,8 @@ class SeedTraining:
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
             replica_dtypes=self.probe.fact() or "not recorded (no training step ran)",
-            checkpoint_seconds=self.writer.blocked_seconds,
-            checkpoints_written=self.writer.writes,
+            checkpoint_seconds=self.writer.blocked_seconds - self.blocked_before,
+            checkpoints_written=self.writer.writes - self.writes_before,
             **self.times,
         )
         return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}

@@ -16,7 +16,6 @@ later run (``dvc repro -f``) therefore trains every seed afresh, in new runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -25,12 +24,12 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-
 from ampbench import checkpoint, data, engine, loader, loop, parallel, precision, progress
+from ampbench import train_runs as runs
+from ampbench.checkpoint_writer import CheckpointWriter
 from ampbench.config import Config
 from ampbench.timing import StageClock
-from ampbench.tracking import CONDITIONS_TAG, KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
+from ampbench.tracking import EpochHooks, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +128,15 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         work = work_dir / variant
         _refuse_foreign_checkpoints(work, cfg, variant, fresh)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
+        writer = CheckpointWriter()  # one writer process for the stage's seeds (rank 0 writes)
         if strategy.is_main:
+            writer.start()  # its imports overlap the set-up below
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
-            stage = _Stage(tracker, _variant_run(tracker, work, variant, cfg), data_file, cfg)
+            stage = runs.Stage(tracker, runs.variant_run(tracker, work, variant, cfg), data_file, cfg)
             log.info("%s: MLflow runs at %s", variant, tracker.link())
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
-        monitor = _system_metrics(stage, stage.variant_run_id) if stage else None
+        monitor = runs.system_metrics(stage, stage.variant_run_id) if stage else None
         try:
             results = []
             prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
@@ -143,7 +144,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
                 ckpt = work / f"seed-{seed}" / "checkpoint.pt"
                 job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed, ckpt,
                                  stop or (lambda: False))  # fmt: skip
-                job.progress = prog
+                job.progress, job.writer = prog, writer
                 extra = {"per_process_batch": per_process, **tf32}
                 results.append(_train_one(job, variant, stage, extra, fresh))
                 clock.mark("seeds")
@@ -151,85 +152,21 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
             if strategy.is_main:
                 _publish(work, models_dir / variant, cfg.train.seeds)
                 clock.mark("publish")
-                _log_breakdown(stage, clock, results)
+                runs.log_breakdown(stage, clock, results)
         except BaseException as err:
             # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
-            _end_variant_run(
+            runs.end_variant_run(
                 stage, "KILLED" if isinstance(err, (engine.Stopped, KeyboardInterrupt)) else "FAILED"
             )
             raise
         finally:
+            writer.close()
             if monitor:
                 monitor.finish()
-        _end_variant_run(stage, "FINISHED")
+        runs.end_variant_run(stage, "FINISHED")
         return results if strategy.is_main else []
     finally:
         strategy.teardown()
-
-
-def _log_breakdown(stage: _Stage, clock: StageClock, results: list[dict]) -> None:
-    """The stage's seconds by part, on the variant run (time/*) and in the log."""
-    seeds = {k: sum(r.get(k, 0.0) for r in results) for k in SEED_TIMES}
-    values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
-    nan = float("nan")
-    log.info("stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
-             "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
-             values.get("time/stage_seconds", nan), values.get("time/startup_seconds", nan),
-             clock.parts["setup"], clock.parts.get("seeds", 0.0), seeds["train_seconds"],
-             seeds["eval_seconds"], seeds["checkpoint_seconds"], seeds["logging_seconds"],
-             seeds["model_save_seconds"], clock.parts["publish"])  # fmt: skip
-    stage.tracker.log_metrics(stage.variant_run_id, values)
-
-
-# Per-seed seconds by part (loop.SeedTraining and _train_one), summed per stage too.
-SEED_TIMES = ("train_seconds", "eval_seconds", "checkpoint_seconds", "logging_seconds", "setup_seconds",
-              "model_save_seconds")  # fmt: skip
-
-
-def _end_variant_run(stage: _Stage | None, status: str) -> None:
-    if stage and stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
-        stage.tracker.end_quietly(stage.variant_run_id, status)
-
-
-class _Stage:
-    """What every seed of a train stage shares on rank 0: the store, the variant run, the data."""
-
-    def __init__(self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config) -> None:
-        self.tracker, self.variant_run_id = tracker, variant_run_id
-        self.data_digest = data.file_digest(data_file)
-        self.data_source = cfg.data.url
-        self.system_metrics = cfg.tracking.system_metrics == "always" or (
-            cfg.tracking.system_metrics == "auto" and torch.cuda.is_available()
-        )
-
-
-def _write_json(path: Path, value: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(value) + "\n")
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
-    """The variant's MLflow run: the one an interrupted stage started, else a new one."""
-    digest, known = cfg.digest(), _read_json(work / "variant.json")
-    if known and known.get("config_digest") == digest and tracker.status(known["run_id"]):
-        tracker.resume(known["run_id"])
-        return known["run_id"]
-    parallel_name, precision_name = variant.split("-", 1)
-    tags = {"parallel": parallel_name, "precision": precision_name}
-    params = {"variant": variant, **tags, "seeds": ",".join(map(str, cfg.train.seeds)),
-              "config_digest": digest, **environment_facts()}  # fmt: skip
-    run_id = tracker.variant_run(variant, {**tags, CONDITIONS_TAG: cfg.tracking.conditions}, params)
-    _write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
-    return run_id
 
 
 def _publish(work: Path, out: Path, seeds) -> None:
@@ -259,27 +196,7 @@ def _finished(job: engine.Job, variant: str, digest: str) -> dict | None:
     return None
 
 
-def _seed_run(stage: _Stage, job: engine.Job, variant: str, digest: str, extra: dict) -> str:
-    """A new seed run, or the one a crash before the first checkpoint left behind."""
-    record = job.checkpoint_path.with_name("run.json")
-    known = _read_json(record)
-    if known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"]):
-        stage.tracker.resume(known["run_id"])
-        log.info("seed %d: continuing MLflow run %s (it ended before its first checkpoint)", job.seed,
-                 known["run_id"])  # fmt: skip
-        return known["run_id"]
-    parallel_name, precision_name = variant.split("-", 1)
-    params = {**job.cfg.flat(), "variant": variant, "parallel": parallel_name, "precision": precision_name,
-              "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
-    tags = {KIND_TAG: "seed", "variant": variant, "parallel": parallel_name, "precision": precision_name,
-            "seed": job.seed, CONDITIONS_TAG: job.cfg.tracking.conditions}  # fmt: skip
-    run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
-    stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
-    _write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher
-    return run_id
-
-
-def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict, fresh: bool) -> dict:
+def _train_one(job: engine.Job, variant: str, stage: runs.Stage | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
     done = _finished(job, variant, digest)
@@ -288,12 +205,12 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
         log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed,
                  done["run_id"])  # fmt: skip
         if main:
-            _close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
+            runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return {"seed": job.seed, "run_id": done["run_id"], **done["result"]}
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
     run_id = hooks = None
     if main:
-        run_id = resume["run_id"] if resume else _seed_run(stage, job, variant, digest, extra)
+        run_id = resume["run_id"] if resume else runs.seed_run(stage, job, variant, digest, extra)
         if resume:
             stage.tracker.resume(run_id)
         log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
@@ -317,53 +234,6 @@ def _train_one(job: engine.Job, variant: str, stage: _Stage | None, extra: dict,
         checkpoint.save(saved, final)
         job.checkpoint_path.unlink(missing_ok=True)
         out["result"]["model_save_seconds"] = time.perf_counter() - t0
-        _close_seed_run(stage, saved, final, out["result"])
+        runs.close_seed_run(stage, saved, final, out["result"])
     strategy.barrier()
     return {"seed": job.seed, "run_id": run_id, **out["result"]}
-
-
-def _close_seed_run(stage: _Stage, saved: dict, final: Path, timed: dict | None = None) -> None:
-    """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
-
-    Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
-    """
-    tracker, run_id, result = stage.tracker, saved["run_id"], saved["result"]
-    if tracker.status(run_id) == "FINISHED":
-        return
-    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"), background=False)
-    try:
-        hooks.flush()
-        facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
-        facts.update(devices_used=result["devices_used"], world_size=result["world_size"])
-        tracker.log_params(run_id, facts)
-        summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds", "images_per_second",
-                                          "peak_memory_mb", "epochs_completed")}  # fmt: skip
-        summary["diverged"] = int(result["diverged"])
-        summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
-        if result["diverged"]:
-            summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
-        tracker.log_metrics(run_id, summary, step=len(saved["history"]))
-        tracker.set_tags(run_id, {"diverged": str(result["diverged"]).lower()})
-        tracker.end(run_id, "FINISHED")
-    except Exception as err:
-        raise TrackingError(
-            f"seed {saved['seed']} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
-            f"records ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}). The "
-            f"model and the missing metrics are kept in {final}: once the store answers, re-run the same "
-            f"command; it sends them to run {run_id} and trains nothing again."
-        ) from None
-
-
-def _system_metrics(stage: _Stage, run_id: str):
-    """CPU/GPU utilisation and memory over the whole stage, on the variant run (the row the UI
-    shows; system/ charts), if enabled. One monitor per stage: starting NVML and a sampler per
-    seed cost about a second each time, for seeds that train in seconds."""
-    if not stage.system_metrics:
-        return None
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-    # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
-    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True,
-                                   tracking_uri=stage.tracker.uri)  # fmt: skip
-    monitor.start()
-    return monitor

@@ -1,0 +1,99 @@
+"""The MLflow side of the evaluate stage: each seed run's scores, confusion matrix and report,
+its model as an MLflow model, and the variant run's aggregates (one row per variant in the UI).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+AGGREGATE_KEYS = ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb")
+
+
+CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second", "skipped_steps")
+
+
+def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> None:
+    """The variant's row: mean per-epoch curves over seeds, then mean and std of the results."""
+    by_epoch: dict[int, list[dict]] = {}
+    for row in curves:
+        by_epoch.setdefault(int(row["epoch"]), []).append(row)
+    for epoch, rows in sorted(by_epoch.items()):
+        means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
+        tracker.log_metrics(run_id, means, step=epoch)
+    last = max(by_epoch, default=0)
+    values = {k: summary[k] for k in AGGREGATE_KEYS if summary.get(k) is not None}
+    values.update({f"{k}_std": summary[f"{k}_std"] for k in AGGREGATE_KEYS if summary.get(k) is not None})
+    values["diverged_runs"] = summary["diverged_runs"]
+    tracker.log_metrics(run_id, values, step=last)
+
+
+def log_model(tracker, run_id: str, scorer: torch.nn.Module, example: torch.Tensor) -> None:
+    """An MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
+    import mlflow.pytorch
+
+    from ampbench.tracking import temporary_env
+
+    cpu = copy.deepcopy(scorer).cpu().eval()
+    # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
+    requirements = [f"torch=={torch.__version__.split('+')[0]}"]
+    # The program is exported for the CPU; MLflow checks the input example by loading it on
+    # CUDA when CUDA is there, which a CPU program refuses. (Users on a GPU machine load it with
+    # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
+    with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
+        mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
+                                 pip_requirements=requirements, validate_serving_input=False)  # fmt: skip
+
+
+class _active_run:
+    """mlflow.pytorch.log_model logs into the active run: make the seed run active, briefly."""
+
+    def __init__(self, tracker, run_id: str) -> None:
+        self.tracker, self.run_id = tracker, run_id
+
+    def __enter__(self):
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracker.uri)
+        self.status = self.tracker.client.get_run(self.run_id).info.status
+        # start_run on a finished run would only resume it; it keeps the status we restore below.
+        return mlflow.start_run(run_id=self.run_id)
+
+    def __exit__(self, *exc) -> None:
+        import mlflow
+
+        mlflow.end_run()
+        self.tracker.end(self.run_id, self.status)
+
+
+def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes):
+    tracker.log_metrics(run_id, metrics, step=step)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        confusion_png(cm, classes, f"{title}: confusion matrix", tmp / "confusion_matrix.png")
+        (tmp / "confusion_matrix.json").write_text(json.dumps({"classes": classes, "matrix": cm}))
+        (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
+        for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
+            tracker.log_artifact(run_id, tmp / name, "evaluation")
+
+
+def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    fig, ax = plt.subplots(figsize=(8, 7))
+    ConfusionMatrixDisplay(torch.tensor(cm).numpy(), display_labels=classes).plot(
+        ax=ax, xticks_rotation=45, colorbar=False, values_format="d"
+    )
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

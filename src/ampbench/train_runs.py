@@ -1,0 +1,151 @@
+"""The MLflow side of a train stage (rank 0 only): the variant run, each seed's run, the stage's
+time breakdown and its system metrics. train.py decides what to train and when; this records it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ampbench import data, engine
+from ampbench.config import Config
+from ampbench.timing import StageClock
+from ampbench.tracking import CONDITIONS_TAG, KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
+
+log = logging.getLogger(__name__)
+
+
+def log_breakdown(stage: Stage, clock: StageClock, results: list[dict]) -> None:
+    """The stage's seconds by part, on the variant run (time/*) and in the log."""
+    seeds = {k: sum(r.get(k, 0.0) for r in results) for k in SEED_TIMES}
+    values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
+    nan = float("nan")
+    log.info("stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
+             "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
+             values.get("time/stage_seconds", nan), values.get("time/startup_seconds", nan),
+             clock.parts["setup"], clock.parts.get("seeds", 0.0), seeds["train_seconds"],
+             seeds["eval_seconds"], seeds["checkpoint_seconds"], seeds["logging_seconds"],
+             seeds["model_save_seconds"], clock.parts["publish"])  # fmt: skip
+    stage.tracker.log_metrics(stage.variant_run_id, values)
+
+
+# Per-seed seconds by part (loop.SeedTraining and _train_one), summed per stage too.
+SEED_TIMES = ("train_seconds", "eval_seconds", "checkpoint_seconds", "logging_seconds", "setup_seconds",
+              "model_save_seconds")  # fmt: skip
+
+
+def end_variant_run(stage: Stage | None, status: str) -> None:
+    if stage and stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
+        stage.tracker.end_quietly(stage.variant_run_id, status)
+
+
+class Stage:
+    """What every seed of a train stage shares on rank 0: the store, the variant run, the data."""
+
+    def __init__(self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config) -> None:
+        self.tracker, self.variant_run_id = tracker, variant_run_id
+        self.data_digest = data.file_digest(data_file)
+        self.data_source = cfg.data.url
+        self.system_metrics = cfg.tracking.system_metrics == "always" or (
+            cfg.tracking.system_metrics == "auto" and torch.cuda.is_available()
+        )
+
+
+def write_json(path: Path, value: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(value) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
+    """The variant's MLflow run: the one an interrupted stage started, else a new one."""
+    digest, known = cfg.digest(), read_json(work / "variant.json")
+    if known and known.get("config_digest") == digest and tracker.status(known["run_id"]):
+        tracker.resume(known["run_id"])
+        return known["run_id"]
+    parallel_name, precision_name = variant.split("-", 1)
+    tags = {"parallel": parallel_name, "precision": precision_name}
+    params = {"variant": variant, **tags, "seeds": ",".join(map(str, cfg.train.seeds)),
+              "config_digest": digest, **environment_facts()}  # fmt: skip
+    run_id = tracker.variant_run(variant, {**tags, CONDITIONS_TAG: cfg.tracking.conditions}, params)
+    write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
+    return run_id
+
+
+def seed_run(stage: Stage, job: engine.Job, variant: str, digest: str, extra: dict) -> str:
+    """A new seed run, or the one a crash before the first checkpoint left behind."""
+    record = job.checkpoint_path.with_name("run.json")
+    known = read_json(record)
+    if known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"]):
+        stage.tracker.resume(known["run_id"])
+        log.info("seed %d: continuing MLflow run %s (it ended before its first checkpoint)", job.seed,
+                 known["run_id"])  # fmt: skip
+        return known["run_id"]
+    parallel_name, precision_name = variant.split("-", 1)
+    params = {**job.cfg.flat(), "variant": variant, "parallel": parallel_name, "precision": precision_name,
+              "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
+    tags = {KIND_TAG: "seed", "variant": variant, "parallel": parallel_name, "precision": precision_name,
+            "seed": job.seed, CONDITIONS_TAG: job.cfg.tracking.conditions}  # fmt: skip
+    run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
+    stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
+    write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher
+    return run_id
+
+
+def close_seed_run(stage: Stage, saved: dict, final: Path, timed: dict | None = None) -> None:
+    """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
+
+    Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
+    """
+    tracker, run_id, result = stage.tracker, saved["run_id"], saved["result"]
+    if tracker.status(run_id) == "FINISHED":
+        return
+    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"), background=False)
+    try:
+        hooks.flush()
+        facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
+        facts.update(devices_used=result["devices_used"], world_size=result["world_size"])
+        tracker.log_params(run_id, facts)
+        summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds", "images_per_second",
+                                          "peak_memory_mb", "epochs_completed")}  # fmt: skip
+        summary["diverged"] = int(result["diverged"])
+        summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
+        if result["diverged"]:
+            summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
+        tracker.log_metrics(run_id, summary, step=len(saved["history"]))
+        tracker.set_tags(run_id, {"diverged": str(result["diverged"]).lower()})
+        tracker.end(run_id, "FINISHED")
+    except Exception as err:
+        raise TrackingError(
+            f"seed {saved['seed']} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
+            f"records ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}). The "
+            f"model and the missing metrics are kept in {final}: once the store answers, re-run the same "
+            f"command; it sends them to run {run_id} and trains nothing again."
+        ) from None
+
+
+def system_metrics(stage: Stage, run_id: str):
+    """CPU/GPU utilisation and memory over the whole stage, on the variant run (the row the UI
+    shows; system/ charts), if enabled. One monitor per stage: starting NVML and a sampler per
+    seed cost about a second each time, for seeds that train in seconds."""
+    if not stage.system_metrics:
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True,
+                                   tracking_uri=stage.tracker.uri)  # fmt: skip
+    monitor.start()
+    return monitor
