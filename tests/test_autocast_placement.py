@@ -66,6 +66,7 @@ def test_probe_ignores_evaluation_and_wrapped_models_share_the_context():
     assert isinstance(forward_context(nn.DataParallel(model))(), torch.autocast)
 
 
+@pytest.mark.slow  # a whole train stage as a subprocess
 def test_the_run_records_replica_dtypes_and_placement(project):
     run_cli(project, "train", "--parallel", "dp", "--precision", "autocast",
             "--set", "train.dp_autocast_outside_forward=true")  # fmt: skip

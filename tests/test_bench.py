@@ -59,12 +59,14 @@ def test_bench_on_cpu(project: Path):
     assert not scaler_ops[0] and scaler_ops[1]
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_bench_refuses_ddp(project: Path):
     proc = run_cli(project, "bench", "--variants", "ddp-fp32", check=False)
     assert proc.returncode == 1
     assert "ddp-fp32 not benchmarkable" in proc.stderr
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_bench_refuses_zero_windows(project: Path):
     proc = run_cli(project, "bench", "--windows", "0", check=False)
     assert proc.returncode == 2  # argparse's usage error, before anything runs

@@ -80,6 +80,7 @@ def test_overrides_apply_and_config_is_frozen():
     assert cfg.digest() != load_config(REPO / "params.yaml").digest()
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_cli_rejects_bad_params_before_any_side_effect(project: Path):
     (project / "params.yaml").write_text(
         (project / "params.yaml").read_text().replace("epochs: 2", "epochs: -1")
@@ -91,6 +92,7 @@ def test_cli_rejects_bad_params_before_any_side_effect(project: Path):
     assert not (project / "models").exists()
 
 
+@pytest.mark.slow  # one `ampbench <stage> --help` process per stage
 def test_every_stage_has_help(project: Path):
     for stage in ("download", "train", "evaluate", "compare", "variant", "bench"):
         out = run_cli(project, stage, "--help").stdout
@@ -104,6 +106,7 @@ def _prepared_elsewhere(project: Path) -> None:
     (project / "data" / "prepared" / "source.json").write_text(json.dumps(made))
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_training_refuses_data_prepared_from_other_settings(project: Path):
     """Runs must not log data params that did not make the data they trained on."""
     _prepared_elsewhere(project)
@@ -212,6 +215,7 @@ def test_params_that_is_a_folder_or_not_utf8_is_a_config_error(tmp_path: Path):
         ("train", "--params", "."),
     ],
 )
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_cli_reports_unparsable_input_as_usage_error(project: Path, args):
     proc = run_cli(project, *args, check=False)
     assert proc.returncode == 2, proc.stderr

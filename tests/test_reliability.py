@@ -419,6 +419,7 @@ def test_exception_in_training_marks_run_failed(tmp_path, project):
     assert _run_json(project)["run_id"] == run.info.run_id
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
     """If rank 0 itself dies (kill -9, OOM killer) nobody ends its run: the launcher does."""
     from ampbench.tracking import Tracker
@@ -760,6 +761,7 @@ def _no_side_effects(project: Path) -> None:
     assert not (project / "models").exists() and not (project / "checkpoints").exists()
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_bad_params_are_all_reported_in_one_message_before_anything_runs(project):
     write_params(project, data={"url": 42}, train={"epochs": -1, "batch_size": 0, "bogus": 1},
                  nosuch={"key": 1})  # fmt: skip
@@ -772,6 +774,7 @@ def test_bad_params_are_all_reported_in_one_message_before_anything_runs(project
     _no_side_effects(project)
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 @pytest.mark.parametrize("args", [("--precision", "fp8"), ("--parallel", "tpu")])
 def test_unknown_variant_names_are_usage_errors(project, args):
     proc = run_cli(project, "train", *args, check=False)
@@ -779,6 +782,7 @@ def test_unknown_variant_names_are_usage_errors(project, args):
     _no_side_effects(project)
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_batch_not_divisible_by_ddp_world_size(project):
     proc = run_cli(project, *DDP, "--set", "train.batch_size=21", env=venv_env(), check=False)
     assert proc.returncode != 0
@@ -787,6 +791,7 @@ def test_batch_not_divisible_by_ddp_world_size(project):
     _no_side_effects(project)
 
 
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_batch_larger_than_the_dataset(project):
     proc = run_cli(project, *SINGLE, "--set", "train.batch_size=100", check=False)
     assert proc.returncode == 1
@@ -804,6 +809,7 @@ def test_more_ddp_workers_than_gpus_is_refused(monkeypatch):
 
 
 # ---------------------------------------------------------------- 10. tracking
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_unreachable_tracking_server_fails_fast_before_training(project):
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     t0 = time.monotonic()
