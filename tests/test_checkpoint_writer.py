@@ -73,3 +73,43 @@ def test_kill_9_of_the_trainer_does_not_stop_the_write_in_flight(tmp_path: Path)
         time.sleep(0.1)
     assert saved["epoch"] == 6 and torch.equal(saved["w"], torch.full((3000, 3000), 2.0))
     assert not glob.glob(f"/dev/shm/ampbench-ckpt-{proc.pid}-*")  # the writer removed them
+
+
+def test_close_does_not_wait_for_forked_children_holding_the_pipe(tmp_path: Path):
+    """DataLoader workers are forked from the trainer and inherit its end of the writer's pipe."""
+    writer = CheckpointWriter()
+    writer.save(_state(1.0), tmp_path / "ck.pt", wait=True)
+    child = os.fork()
+    if child == 0:  # a stand-in for a DataLoader worker
+        time.sleep(20)
+        os._exit(0)
+    try:
+        t0 = time.monotonic()
+        writer.close()
+        assert time.monotonic() - t0 < 10
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+def test_epoch_hooks_close_returns_when_the_store_times_out():
+    """The sender's failed flush and close() racing: close() must not wait for ever."""
+    import threading
+
+    from ampbench.epoch_hooks import EpochHooks
+
+    class SlowDeadStore:
+        uri = "test://down"
+
+        def log_metrics(self, run_id, metrics, step=None):
+            time.sleep(0.3)
+            raise RuntimeError("store down")
+
+    hooks = EpochHooks(SlowDeadStore(), "run")
+    hooks.on_epoch(1, {"train_loss": 1.0})
+    time.sleep(0.05)  # the sender is inside its failing flush
+    closing = threading.Thread(target=hooks.close)
+    closing.start()
+    closing.join(10)
+    assert not closing.is_alive(), "close() hung"
+    assert hooks.state() == [[1, {"train_loss": 1.0}]]  # kept for the checkpoint / a re-run

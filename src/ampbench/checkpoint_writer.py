@@ -14,7 +14,8 @@ waits for the previous one's answer, and ``wait`` joins it and raises its error.
 The writer runs in a session of its own and reads its instructions whole before writing, so a
 kill -9 of the training process (or of its process group) does not stop a write in progress: the
 checkpoint of the last finished epoch still lands, and a crash loses at most the current epoch.
-The writer exits when its pipe closes (the trainer is gone) and removes the shared-memory files.
+The writer exits when told to stop, or when its pipe closes (the trainer is gone), and removes
+the shared-memory files it mapped.
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ class CheckpointWriter:
         self._buffers: list[torch.Tensor] = []
         self._specs: list[tuple[str, tuple, str]] = []
         self._inflight = False
+        self._generation = 0  # in the shared files' names: a new layout never reuses a name
         self.blocked_seconds = 0.0  # time the training loop spent in save() and wait()
         self.writes = 0
 
     def start(self) -> None:
         """Start the writer process now (its imports then overlap the caller's set-up)."""
         if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:  # a dead writer: its replacement maps fresh buffers
+                self._discard()
             self._proc = subprocess.Popen([sys.executable, "-m", "ampbench.checkpoint_writer"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           start_new_session=True)  # fmt: skip
@@ -88,32 +92,55 @@ class CheckpointWriter:
         """Wait for the write in flight, stop the writer, remove the shared memory."""
         try:
             self.wait()
-        finally:
             if self._proc is not None and self._proc.poll() is None:
-                self._proc.stdin.close()  # EOF: the writer exits
+                # An explicit stop, not EOF alone: forked DataLoader workers hold the pipe open.
+                self._send(("stop",))
+                self._proc.stdin.close()
                 self._proc.wait(timeout=60)
-            self._proc = None
-            for name, _, _ in self._specs:
-                Path(name).unlink(missing_ok=True)
-            self._buffers, self._specs = [], []
+        except (checkpoint.CheckpointError, subprocess.TimeoutExpired):
+            pass  # nothing is in flight any more: the writer may go
+        finally:
+            self._discard()
+
+    def _discard(self) -> None:
+        """Stop the writer process if it still runs, drop the buffers and their files."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
+        self._proc, self._inflight = None, False
+        for name, _, _ in self._specs:
+            Path(name).unlink(missing_ok=True)
+        self._buffers, self._specs = [], []
 
     def _send(self, message) -> None:
         try:
             pickle.dump(message, self._proc.stdin)
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError) as err:
+            self._discard()
             raise checkpoint.CheckpointError(f"the checkpoint writer process is gone ({err})") from None
+        except BaseException:  # a partial message (Ctrl-C): the channel is unusable
+            self._discard()
+            raise
 
     def _join(self) -> None:
         if not self._inflight:
             return
-        self._inflight = False
         try:
             status, detail = pickle.load(self._proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError) as err:
+            code = self._proc.poll()
+            self._discard()
             raise checkpoint.CheckpointError(
-                f"the checkpoint writer process died (exit code {self._proc.poll()}, {err!r})"
+                f"the checkpoint writer process died (exit code {code}, {err!r})"
             ) from None
+        except BaseException:  # interrupted mid-answer: no way to tell which write it was
+            self._discard()
+            raise
+        self._inflight = False
         if status != "ok":
             raise checkpoint.CheckpointError(detail)
         self.writes += 1
@@ -144,18 +171,36 @@ class CheckpointWriter:
         for name, _, _ in self._specs:
             Path(name).unlink(missing_ok=True)
         self._buffers, self._specs = [], []
+        self._generation += 1
         for i, (shape, dtype) in enumerate(shapes):
-            name = os.path.join(_SHM, f"ampbench-ckpt-{os.getpid()}-{id(self)}-{i}")
+            name = os.path.join(_SHM, f"ampbench-ckpt-{os.getpid()}-{id(self)}-{self._generation}-{i}")
             Path(name).unlink(missing_ok=True)
-            self._buffers.append(_mapped(name, shape, dtype))
+            self._buffers.append(_mapped(name, shape, dtype, reserve=True))
             self._specs.append((name, shape, dtype))
 
 
-def _mapped(name: str, shape: tuple, dtype: str) -> torch.Tensor:
+def _mapped(name: str, shape: tuple, dtype: str, reserve: bool = False) -> torch.Tensor:
+    """A tensor over the shared file `name`. ``reserve``: allocate its pages first, so that a full
+    /dev/shm is an error here (CheckpointError) instead of a SIGBUS in the first copy."""
     numel = 1
     for n in shape:
         numel *= n
-    flat = torch.from_file(name, shared=True, size=max(1, numel), dtype=getattr(torch, dtype))
+    dt = getattr(torch, dtype)
+    if reserve:
+        nbytes = max(1, numel) * torch.empty((), dtype=dt).element_size()
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            Path(name).unlink(missing_ok=True)
+            raise checkpoint.CheckpointError(
+                f"no room for a checkpoint snapshot in {_SHM} ({err.strerror}: {nbytes / 2**20:.0f} MB "
+                "needed); free space there or enlarge it (docker: --shm-size)"
+            ) from None
+    flat = torch.from_file(name, shared=True, size=max(1, numel), dtype=dt)
     return flat[:numel].view(shape)
 
 
@@ -166,9 +211,12 @@ def _serve(inp, out) -> None:
     try:
         while True:
             try:
-                _, path, skeleton, specs = pickle.load(inp)
-            except EOFError:  # the trainer closed the pipe, or died
+                message = pickle.load(inp)
+            except EOFError:  # the trainer died (its pipe closed)
                 return
+            if message[0] == "stop":
+                return
+            _, path, skeleton, specs = message
             buffers = []
             for name, shape, dtype in specs:
                 if name not in mapped:
@@ -199,4 +247,6 @@ if __name__ == "__main__":
     # ._Slot) are the class _serve tests for, not this __main__ copy's.
     from ampbench.checkpoint_writer import _serve as serve
 
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    answers = os.fdopen(os.dup(1), "wb")  # the answers' channel: nothing else may write into it,
+    os.dup2(2, 1)  # so anything printed to fd 1 (a library's message) goes to stderr
+    serve(sys.stdin.buffer, answers)

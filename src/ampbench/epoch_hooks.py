@@ -48,7 +48,8 @@ class EpochHooks:
                 if closed:
                     return
                 with self._wake:  # the store refused: try again with the next epoch's metrics
-                    self._wake.wait()
+                    if not self._closed:  # set under this lock: close() cannot slip in between
+                        self._wake.wait()
 
     def close(self) -> bool:
         """Stop the sender after one last try; True when the store took everything."""
