@@ -5,7 +5,7 @@ End-to-end tests run `python -m ampbench train` as a subprocess in a throwaway p
 tiny model) and read back what it wrote: ``model.pt`` and the MLflow runs (a variant run named
 ``<variant>`` with one nested seed run ``<variant>/seed-<s>`` per seed). The equivalence and dtype
 tests call ampbench's own pieces in-process (``engine.setup``/``engine.make_step``, the loaders' per-rank
-slicing, ``parallel.Distributed`` over gloo, ``precision.apply``).
+slicing, ``parallel.Distributed`` over gloo, ``Precision.apply``).
 """
 
 from __future__ import annotations

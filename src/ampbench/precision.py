@@ -88,11 +88,6 @@ PRECISIONS: dict[str, PrecisionStrategy] = {
 }
 
 
-def apply(precision: PrecisionStrategy, model: torch.nn.Module, device: torch.device):
-    """``precision.apply(model, device)``: (scaler, facts)."""
-    return precision.apply(model, device)
-
-
 def disable_tf32() -> dict[str, bool]:
     """Switch TF32 off everywhere (true fp32 baseline); return the settings for logging."""
     torch.backends.cuda.matmul.allow_tf32 = False
