@@ -34,7 +34,7 @@ TINY = {
     "model": {"fc_dim": 32},
     "train": {"epochs": 2, "batch_size": 20, "seeds": [0], "workers": 0, "checkpoint_every_s": 0,
               "lr": 0.05},
-    "tracking": {"log_model": False},
+    "tracking": {"log_model": "reference"},
 }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import os
 import pickle
 import tarfile
@@ -428,12 +429,28 @@ def test_save_and_load_dataset(tmp_path):
         "classes": ["a", "b", "c", "d"],
     }
     data.save_dataset(ds, tmp_path / "sub" / "ds.pt")
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["ds.pt"]  # no temp file left
+    # no temp file left; the digest recorded beside the file
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["ds.pt", "ds.pt.sha256"]
     back = data.load_dataset(tmp_path / "sub" / "ds.pt", device="cpu")
     assert back["classes"] == ds["classes"] and torch.equal(back["test_images"], ds["test_images"])
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     with pytest.raises(data.DataError, match="unreadable"):
         data.load_dataset(tmp_path / "bad.pt")
+
+
+def test_recorded_digest_is_used_only_while_the_file_is_unchanged(tmp_path):
+    path = tmp_path / "ds.pt"
+    data.save_dataset({"x": torch.arange(10)}, path)
+    true = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert data.file_digest(path) == true
+    record = path.with_name("ds.pt.sha256")
+    faked = json.loads(record.read_text()) | {"sha256": "f" * 64}
+    record.write_text(json.dumps(faked))
+    assert data.file_digest(path) == "f" * 64  # the record is what is read while size+mtime match
+    path.write_bytes(path.read_bytes() + b"x")  # an edit: size and mtime change
+    assert data.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    record.write_text("{torn")
+    assert data.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------- issue #13 items 6 and 12

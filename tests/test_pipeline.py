@@ -59,7 +59,7 @@ def repro(tmp_path_factory, server) -> Path:
     archive = image_folder_archive(proj.parent)
     shutil.copy(REPO / "dvc.yaml", proj / "dvc.yaml")
     shutil.copytree(REPO / "src", proj / "src")  # the stages' declared deps
-    write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]}, tracking={"log_model": True})
+    write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]}, tracking={"log_model": "export"})
     sh(["git", "init", "-q"], proj)
     sh([str(VENV_BIN / "dvc"), "init", "-q"], proj)
     out = sh([str(VENV_BIN / "dvc"), "repro"], proj, MLFLOW_TRACKING_URI=server.uri)

@@ -104,7 +104,7 @@ class Scorer(torch.nn.Module):
 
 
 def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path, tracker=None,
-                     log_model: bool = False, data_ref: dict | None = None, clock=None) -> dict:  # fmt: skip
+                     log_model: str = "none", data_ref: dict | None = None, clock=None) -> dict:  # fmt: skip
     """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics.
 
     ``data_ref`` ({"digest", "source"}) names the test data in MLflow's Dataset column. ``clock``
@@ -135,14 +135,15 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
             # extra point at step 0 and the run's latest value is the evaluation's.
             step = len(saved["history"])
-            runs.log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes)
+            model_id = _log_model(tracker, run_id, log_model, f"{variant}-seed-{seed}", path, saved,
+                                  Scorer(model, flip), images[:2])  # fmt: skip
+            clock.mark("model_logging")
+            runs.log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes,
+                            model_id)  # fmt: skip
             if data_ref:
                 tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"],
                                     "evaluation")  # fmt: skip
             clock.mark("logging")
-            if log_model:
-                runs.log_model(tracker, run_id, Scorer(model, flip), images[:2])
-                clock.mark("model_logging")
             variant_runs.add(saved.get("variant_run_id"))
         per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
                          **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS},
@@ -164,6 +165,18 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
     for variant_run in variant_runs - {None}:
         tracker.log_metrics(variant_run, times)
     return summary
+
+
+def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: dict, scorer, example):
+    """``tracking.log_model``: the seed's MLflow model (its id), or None for none."""
+    if mode == "reference":
+        result = saved["result"]
+        facts = {"variant": saved["variant"], "seed": saved["seed"], "amp_dtype": result.get("amp_dtype"),
+                 "config_digest": saved.get("config_digest")}  # fmt: skip
+        return runs.reference_model(tracker, run_id, name, path, facts)
+    if mode == "export":
+        return runs.export_model(tracker, run_id, name, scorer, example)
+    return None
 
 
 def _check_model_file(saved: dict, variant: str, seed: int, path: Path, tracker) -> None:

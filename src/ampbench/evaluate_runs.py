@@ -33,8 +33,39 @@ def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> N
     tracker.log_metrics(run_id, values, step=last)
 
 
-def log_model(tracker, run_id: str, scorer: torch.nn.Module, example: torch.Tensor) -> None:
-    """An MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
+def reference_model(tracker, run_id: str, name: str, model_file: Path, facts: dict) -> str:
+    """The seed's model in the Models tab as an external model: metadata and a pointer to the
+    file DVC tracks, no copy of its weights (milliseconds, against seconds for an export)."""
+    from mlflow.entities import LoggedModelStatus
+    from mlflow.models.model import MLMODEL_FILE_NAME
+    from mlflow.models.utils import get_external_mlflow_model_spec
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+
+    client = tracker.client
+    where = str(_in_repo(model_file))
+    tags = {MLFLOW_MODEL_IS_EXTERNAL: "true", "ampbench.model_file": where,
+            "mlflow.note.content": f"Weights: `{where}` (DVC output of the train stage; load it with "
+            "`torch.load(path, weights_only=True)`). `tracking.log_model: export` logs a servable "
+            "MLflow model instead."}  # fmt: skip
+    params = {k: str(v) for k, v in facts.items()}
+    model = client.create_logged_model(tracker.experiment_id(), name=name, source_run_id=run_id, tags=tags,
+                                       params=params, model_type="ampbench")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:  # MLflow's own stub, so the model can be registered
+        get_external_mlflow_model_spec(model).save(Path(tmp) / MLMODEL_FILE_NAME)
+        client.log_model_artifacts(model.model_id, tmp)
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    return model.model_id
+
+
+def _in_repo(path: Path) -> Path:
+    from ampbench.tracking import repo_root
+
+    path = path.resolve()
+    return path.relative_to(repo_root()) if path.is_relative_to(repo_root()) else path
+
+
+def export_model(tracker, run_id: str, name: str, scorer: torch.nn.Module, example: torch.Tensor) -> str:
+    """A servable MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
     import mlflow.pytorch
 
     from ampbench.tracking import temporary_env
@@ -46,8 +77,10 @@ def log_model(tracker, run_id: str, scorer: torch.nn.Module, example: torch.Tens
     # CUDA when CUDA is there, which a CPU program refuses. (Users on a GPU machine load it with
     # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
     with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
-        mlflow.pytorch.log_model(cpu, name="model", input_example=example.cpu().numpy(),
-                                 pip_requirements=requirements, validate_serving_input=False)  # fmt: skip
+        example = example.cpu().numpy()
+        info = mlflow.pytorch.log_model(cpu, name=name, input_example=example, pip_requirements=requirements,
+                                        validate_serving_input=False)  # fmt: skip
+    return info.model_id
 
 
 class _active_run:
@@ -71,8 +104,9 @@ class _active_run:
         self.tracker.end(self.run_id, self.status)
 
 
-def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes):
-    tracker.log_metrics(run_id, metrics, step=step)
+def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model_id=None):
+    """The seed's scores (linked to its MLflow model, if any, so the Models tab shows them) and files."""
+    tracker.log_metrics(run_id, metrics, step=step, model_id=model_id)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         confusion_png(cm, classes, f"{title}: confusion matrix", tmp / "confusion_matrix.png")

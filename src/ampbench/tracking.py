@@ -170,12 +170,15 @@ class Tracker:
         for i in range(0, len(items), 100):  # MLflow accepts at most 100 params per batch
             self.client.log_batch(run_id, params=items[i : i + 100])
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
-        """Log flat keys under their sectioned MLflow names (``metric_name``)."""
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None,
+                    model_id: str | None = None) -> None:  # fmt: skip
+        """Log flat keys under their sectioned MLflow names (``metric_name``); ``model_id`` links
+        them to a logged model too (its row in the Models tab)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(metric_name(k), float(v), now, step or 0) for k, v in metrics.items()]
+        items = [Metric(metric_name(k), float(v), now, step or 0, model_id=model_id)
+                 for k, v in metrics.items()]  # fmt: skip
         for i in range(0, len(items), 1000):  # MLflow's batch limit
             self.client.log_batch(run_id, metrics=items[i : i + 1000])
 
