@@ -691,6 +691,32 @@ def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
     assert not (project / "reports" / "metrics").exists()
 
 
+def test_evaluate_logs_each_model_as_a_reference_with_its_scores(project, monkeypatch):
+    """tracking.log_model: reference (the default): one external MLflow model per seed, pointing at
+    the model file, the seed's test scores linked to it, and no copy of the weights in the store."""
+    from ampbench import data, evaluate
+    from ampbench.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    monkeypatch.chdir(project)
+    tracker = Tracker("cifar10-amp")
+    run_id = tracker.start("single-fp32/seed-0", {"ampbench.kind": "seed"})
+    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    summary = evaluate.evaluate_variant("single-fp32", (0,), project / "models", dataset, project / "reports",
+                                        tracker, log_model="reference")  # fmt: skip
+    models = tracker.client.search_logged_models([tracker.experiment_id()])
+    assert [(m.name, m.source_run_id) for m in models] == [("single-fp32-seed-0", run_id)]
+    model = models[0]
+    assert model.tags["mlflow.model.isExternal"] == "true"
+    assert (project / model.tags["ampbench.model_file"]).resolve() == (project / SEED0 / "model.pt").resolve()
+    linked = {m.key: m.value for m in model.metrics}
+    assert linked["test/accuracy"] == summary["seeds"][0]["test_accuracy"]
+    assert tracker.client.get_run(run_id).data.metrics["test/accuracy"] == linked["test/accuracy"]
+    stored = [f for f in (project / "mlruns").rglob("*") if f.is_file()]
+    assert stored and all(f.stat().st_size < 1_000_000 for f in stored)  # stubs and PNGs, no weights
+
+
 def _ampbench_imports(module: str) -> set[str]:
     """ampbench modules that `module` imports anywhere in its file (lazy imports in functions too)."""
     import ast

@@ -5,10 +5,11 @@
 Loads ``model.pt`` with ``weights_only=True``, predicts in the variant's own precision, and logs
 into the same MLflow seed run as the training: test accuracy, per-class accuracy, precision /
 recall / F1 (scikit-learn), the confusion matrix as a labelled PNG and a JSON table, the test
-data as a dataset input, and the model as an MLflow model (a ``torch.export`` program that maps
-uint8 images to the class scores this stage ranks, so ``mlflow.pyfunc.load_model(uri).predict``
-reproduces its accuracy). The variant's run gets the mean and std over seeds and the mean
-per-epoch curves: one row per variant in the UI. Writes DVC metrics
+data as a dataset input, and the model in MLflow's Models tab (``tracking.log_model``: a
+reference to ``model.pt`` by default; ``export``: a ``torch.export`` program that maps uint8
+images to the class scores this stage ranks, so ``mlflow.pyfunc.load_model(uri).predict``
+reproduces its accuracy), the scores linked to it. The variant's run gets the mean and std over
+seeds and the mean per-epoch curves: one row per variant in the UI. Writes DVC metrics
 (``reports/metrics/<variant>.json``) and plot data (``reports/plots/<variant>/``).
 """
 
