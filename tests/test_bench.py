@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import mlflow_client, run_cli, runs
 
 
 @pytest.mark.slow
@@ -57,6 +57,18 @@ def test_bench_on_cpu(project: Path):
     scaler_ops = [{k["kernel"] for k in res["profiles"][v]["kernels"] if "non_finite" in k["kernel"]}
                   for v in ("single-fp32", "single-autocast_gradscaler")]  # fmt: skip
     assert not scaler_ops[0] and scaler_ops[1]
+    # Recorded in MLflow, apart from the study's experiment; the files name that run.
+    assert runs(project) == []
+    (run,) = runs(project, experiment="cifar10-amp-bench", kind="bench")
+    assert res["run_id"] == run.info.run_id and run.info.status == "FINISHED"
+    assert run.data.metrics["bench/pipeline/single-fp32/images_per_second"] == pipe["images_per_second"]
+    assert (
+        run.data.metrics["bench/dataloader/single-autocast_gradscaler/fraction_of_ceiling"]
+        == (res["rows"][-1]["fraction_of_ceiling"])
+    )
+    assert run.data.params["batch"] == "20" and run.data.params["windows"] == "3"
+    files = {a.path for a in mlflow_client(project).list_artifacts(run.info.run_id)}
+    assert files == {"bench.json", "bench.md"}
 
 
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports

@@ -83,6 +83,15 @@ def test_report_has_each_claim_and_a_verdict_of_the_fixed_form():
     assert "## Summary" in text and "1. autocast barely speeds training up — **holds only" in text
 
 
+def test_bench_figures_cite_the_bench_run_or_say_they_are_untracked():
+    untracked = findings.build(PROJECT, TUTORIAL, BENCH, {})
+    assert "bench file, untracked: no MLflow run" in untracked and "bench run `" not in untracked
+    run_id = "b" * 32
+    tracked = findings.build(PROJECT, TUTORIAL, {**BENCH, "run_id": run_id}, {})
+    assert tracked.count(f"bench run `{run_id}`") == 3  # claim 1's DataLoader, claim 2's ceiling and profile
+    assert "untracked" not in tracked
+
+
 def test_a_real_accuracy_difference_and_the_claim4_run():
     accs = dict(SAME_ACC, autocast=[0.80, 0.801, 0.799])
     facts = {"devices_used": 2, "autocast_placement": "outside_forward",

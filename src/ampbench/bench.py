@@ -268,7 +268,39 @@ def main(cfg, args, data_file: Path) -> dict:
     res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    tracker, res["run_id"] = track(cfg, res)  # before writing: the files name the run that holds them
     out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
     out.with_suffix(".md").write_text(to_markdown(res))
+    if tracker:
+        for suffix in (".json", ".md"):
+            tracker.log_artifact(res["run_id"], out.with_suffix(suffix))
+        tracker.end(res["run_id"], "FINISHED")
     print(to_markdown(res))
     return res
+
+
+def track(cfg, res: dict):
+    """An MLflow run for this bench in experiment ``<tracking.experiment>-bench`` (apart from the
+    study's, whose runs table stays one row per variant): settings as params, every median as a
+    metric; ``main`` adds the JSON and Markdown as artifacts. Returns (tracker, run id), or
+    (None, None) with a warning if the store cannot be used: the files still hold the results."""
+    from ampbench.tracking import KIND_TAG, Tracker, TrackingError
+
+    t = cfg.tracking
+    try:
+        tracker = Tracker(f"{t.experiment}-bench", t.preflight_timeout_s, t.request_timeout_s)
+        tracker.preflight()
+        params = {k: res[k] for k in ("hardware", "torch", "tf32", "batch", "steps", "warmup", "windows",
+                                      "cudnn_benchmark", "train_images")}  # fmt: skip
+        run_id = tracker.start("bench", {KIND_TAG: "bench"}, params)
+        metrics = {}
+        for r in res["rows"]:
+            key = f"bench/{r['measure'].split(' ')[0]}/{r['variant']}"
+            metrics.update({f"{key}/images_per_second": r["images_per_second"],
+                            f"{key}/fraction_of_ceiling": r["fraction_of_ceiling"],
+                            f"{key}/ms_per_step": r["ms_per_step"]})  # fmt: skip
+        tracker.log_metrics(run_id, metrics)
+        return tracker, run_id
+    except TrackingError as err:
+        log.warning("bench not recorded in MLflow (%s); the results are in the JSON and Markdown files", err)
+        return None, None

@@ -1,7 +1,7 @@
 """Start DDP workers through torchrun (torch.distributed's launcher).
 
-A plain `ampbench train --parallel ddp ...` re-runs itself as ``python -m torch.distributed.run
---standalone --nproc-per-node N -m ampbench train ...`` with N = the visible GPUs, or
+A plain `ampbench train --parallel ddp ...` runs torchrun's agent in its own process, as
+``torchrun --standalone --nproc-per-node N -m ampbench train ...`` would, with N = the visible GPUs, or
 ``train.ddp_cpu_workers`` gloo processes without a GPU. Under an outer ``torchrun --nnodes ...``
 (RANK is set) the same command is already a worker and runs directly.
 
@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -32,19 +30,29 @@ def worker_count(cfg) -> int:
 
 
 def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
-    """Run the DDP workers; ``work_dir``: the variant's in-progress folder (runs to end if they fail)."""
+    """Run the DDP workers; ``work_dir``: the variant's in-progress folder (runs to end if they fail).
+
+    torchrun's agent runs in this process (``torch.distributed.run.main``, what the ``torchrun``
+    command calls): a separate launcher process would import torch once more before the workers
+    do (~5 s on the H200 host). The agent turns SIGTERM and Ctrl-C into a stop of every worker
+    (each saves a checkpoint and ends its run KILLED), then raises here.
+    """
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     n = worker_count(cfg)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           "--max-restarts=0", "-m", "ampbench", *argv]  # fmt: skip
-    log.info("launching %d DDP worker(s): %s", n, " ".join(cmd))
-    proc = subprocess.Popen(cmd)
-    previous = signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(signal.SIGTERM))
+    args = ["--standalone", f"--nproc-per-node={n}", "--max-restarts=0", "-m", "ampbench", *argv]
+    log.info("launching %d DDP worker(s): torchrun %s", n, " ".join(args))
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C reached the workers too; let them save and stop
-        code = proc.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause
+        code = 0
+    except ChildFailedError as failed:
+        log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
+        code = 1
+    except SignalException as stop:  # the workers were told to stop (and saved) first
+        log.error("stopped by %s: the DDP workers were told to stop", signal.Signals(stop.sigval).name)
+        code = 128 + int(stop.sigval)
     if code:
         _fail_dangling_runs(cfg, work_dir)
     return code

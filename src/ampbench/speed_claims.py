@@ -60,6 +60,12 @@ def _bench_rows(bench: dict | None) -> dict[tuple[str, str], dict]:
     return {(r["measure"], r["variant"]): r for r in (bench or {}).get("rows", [])}
 
 
+def bench_source(bench: dict) -> str:
+    """Where the bench figures come from: its MLflow run, or the file alone for an untracked bench."""
+    run_id = bench.get("run_id")
+    return f"bench run `{run_id}`" if run_id else "bench file, untracked: no MLflow run"
+
+
 def _mean_ips(studies: dict, precision: str, label: str = TUTORIAL) -> float:
     return _ms(seed_values(studies[label][f"single-{precision}"], "images_per_second"))[0]
 
@@ -72,7 +78,7 @@ def _where_time_goes(studies: dict, bench: dict | None) -> str:
         fp32 = rows.get(("ceiling", "single-fp32"), {}).get("images_per_second", math.nan)
         return (
             f"Where the time goes (`ampbench bench`, {bench.get('hardware', '?')}, batch "
-            f"{bench.get('batch', '?')}; untracked, no MLflow run): the tutorial's input pipeline, "
+            f"{bench.get('batch', '?')}; {bench_source(bench)}): the tutorial's input pipeline, "
             f"{loader['measure']}, feeds {loader['images_per_second']:,.0f} images/s; the bare autocast "
             f"step (ceiling) runs {ceiling['images_per_second']:,.0f} images/s and fp32 {fp32:,.0f}. "
             "Fed by that DataLoader, a step can go no faster than it delivers, whatever its precision: "
@@ -129,7 +135,7 @@ def _scaler_profile(bench: dict | None) -> str:
     hits = [k for k in prof.get("kernels", []) if "non_finite" in k.get("kernel", "")]
     us = sum(k["us_per_step"] for k in hits)
     return (
-        f"Profile of the autocast_gradscaler step (bench, untracked): kernels named `non_finite` "
+        f"Profile of the autocast_gradscaler step ({bench_source(bench)}): kernels named `non_finite` "
         f"(the scaler's check-and-unscale pass over the fp32 gradients) take {us:.1f} µs per step"
         + (f" of {prof['ms_per_step']:.3f} ms" if "ms_per_step" in prof else "")
         + "."
@@ -158,7 +164,7 @@ def claim2(studies: dict, bench: dict | None) -> str:
     if gs and ac and "ms_per_step" in gs and "ms_per_step" in ac:
         lines += [
             "",
-            f"Bench ceiling (untracked): {gs['ms_per_step']:.3f} ms/step with GradScaler, "
+            f"Bench ceiling ({bench_source(bench)}): {gs['ms_per_step']:.3f} ms/step with GradScaler, "
             f"{ac['ms_per_step']:.3f} without: +{gs['ms_per_step'] - ac['ms_per_step']:.3f} ms.",
         ]
     lines += [
