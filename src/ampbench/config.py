@@ -147,8 +147,8 @@ class TrackingConfig:
     log_model: str = "reference"
     """Each seed's model in MLflow's Models tab (evaluate stage): reference (an external model that
     points at models/<variant>/seed-<s>/model.pt: no copy of the weights, milliseconds), export (a
-    servable torch.export program, weights copied into the store: ~1 s per model plus ~4 s of
-    imports per stage) or none."""
+    servable torch.export program, weights copied into the store: 12-16 s per evaluate stage on an
+    H200 host) or none."""
     preflight_timeout_s: float = 5.0
     """How long to wait for a remote tracking server before failing."""
     request_timeout_s: float = 10.0
