@@ -83,3 +83,37 @@ def test_bench_refuses_zero_windows(project: Path):
     proc = run_cli(project, "bench", "--windows", "0", check=False)
     assert proc.returncode == 2  # argparse's usage error, before anything runs
     assert "--windows: must be at least 1, got 0" in proc.stderr
+
+
+def test_a_failing_store_never_costs_the_bench_its_results(project: Path, monkeypatch):
+    """The files are written before MLflow is touched; a store that fails after the run started
+    leaves that run FAILED and files that name no run."""
+    from ampbench import bench, config
+    from ampbench.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    cfg = config.load_config(project / "params.yaml")
+    row = {"measure": "ceiling", "variant": "single-fp32", "amp_dtype": "float32", "images_per_second": 100.0,
+           "images_per_second_min": 90.0, "images_per_second_max": 110.0, "ms_per_step": 200.0,
+           "fraction_of_ceiling": 1.0, "tflops": 0.0, "peak_memory_mb": 1.0,
+           "warmup_seconds": 0.1}  # fmt: skip
+    res = {"hardware": "cpu", "torch": "x", "tf32": False, "batch": 20, "steps": 2, "warmup": 1, "windows": 3,
+           "cudnn_benchmark": False, "train_images": 40, "pipeline_steps": 2, "dataloader_steps": 2,
+           "gflop_per_image": 0.1, "profiles": {}, "rows": [row]}  # fmt: skip
+    out = project / "reports" / "bench"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def broken(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Tracker, "log_artifact", broken)
+    bench._write(res, out)
+    assert bench.track(cfg, res, out) is None
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == res["rows"]
+    assert "run_id" not in json.loads(out.with_suffix(".json").read_text())
+    (run,) = runs(project, experiment="cifar10-amp-bench")
+    assert run.info.status == "FAILED"
+    monkeypatch.undo()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    run_id = bench.track(cfg, res, out)
+    assert run_id and json.loads(out.with_suffix(".json").read_text())["run_id"] == run_id

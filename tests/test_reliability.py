@@ -419,6 +419,26 @@ def test_exception_in_training_marks_run_failed(tmp_path, project):
     assert _run_json(project)["run_id"] == run.info.run_id
 
 
+def test_launcher_restores_its_signal_handlers_and_fails_runs_on_any_agent_error(project, monkeypatch):
+    """torchrun's agent runs in the launcher: whatever way it fails, the launcher's own signal
+    handlers come back (a later Ctrl-C is a KeyboardInterrupt again) and dangling runs are ended."""
+    from torch.distributed import run as torch_run
+
+    def broken_agent(args):  # e.g. a rendezvous error, after installing its handlers
+        signal.signal(signal.SIGTERM, lambda *a: None)
+        signal.signal(signal.SIGINT, lambda *a: None)
+        raise RuntimeError("rendezvous failed")
+
+    failed_runs = []
+    monkeypatch.setattr(torch_run, "main", broken_agent)
+    monkeypatch.setattr(launch, "_fail_dangling_runs", lambda cfg, work: failed_runs.append(work))
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    cfg = config.load_config(project / "params.yaml")
+    assert launch.torchrun(list(DDP), cfg, project / "checkpoints" / "ddp-fp32") == 1
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert failed_runs == [project / "checkpoints" / "ddp-fp32"]
+
+
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
     """If rank 0 itself dies (kill -9, OOM killer) nobody ends its run: the launcher does."""

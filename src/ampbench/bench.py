@@ -268,25 +268,27 @@ def main(cfg, args, data_file: Path) -> dict:
     res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tracker, res["run_id"] = track(cfg, res)  # before writing: the files name the run that holds them
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    out.with_suffix(".md").write_text(to_markdown(res))
-    if tracker:
-        for suffix in (".json", ".md"):
-            tracker.log_artifact(res["run_id"], out.with_suffix(suffix))
-        tracker.end(res["run_id"], "FINISHED")
+    res["run_id"] = None
+    _write(res, out)  # first: the results never depend on the tracking store
+    res["run_id"] = track(cfg, res, out)
     print(to_markdown(res))
     return res
 
 
-def track(cfg, res: dict):
+def _write(res: dict, out: Path) -> None:
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    out.with_suffix(".md").write_text(to_markdown(res))
+
+
+def track(cfg, res: dict, out: Path) -> str | None:
     """An MLflow run for this bench in experiment ``<tracking.experiment>-bench`` (apart from the
     study's, whose runs table stays one row per variant): settings as params, every median as a
-    metric; ``main`` adds the JSON and Markdown as artifacts. Returns (tracker, run id), or
-    (None, None) with a warning if the store cannot be used: the files still hold the results."""
-    from ampbench.tracking import KIND_TAG, Tracker, TrackingError
+    metric, the JSON and Markdown (rewritten to name the run) as artifacts. Returns the run id, or
+    None with a warning if any of it failed (the run, if started, is ended FAILED): the files
+    hold the results either way."""
+    from ampbench.tracking import KIND_TAG, Tracker
 
-    t = cfg.tracking
+    t, tracker, run_id = cfg.tracking, None, None
     try:
         tracker = Tracker(f"{t.experiment}-bench", t.preflight_timeout_s, t.request_timeout_s)
         tracker.preflight()
@@ -300,7 +302,14 @@ def track(cfg, res: dict):
                             f"{key}/fraction_of_ceiling": r["fraction_of_ceiling"],
                             f"{key}/ms_per_step": r["ms_per_step"]})  # fmt: skip
         tracker.log_metrics(run_id, metrics)
-        return tracker, run_id
-    except TrackingError as err:
-        log.warning("bench not recorded in MLflow (%s); the results are in the JSON and Markdown files", err)
-        return None, None
+        _write({**res, "run_id": run_id}, out)
+        for suffix in (".json", ".md"):
+            tracker.log_artifact(run_id, out.with_suffix(suffix))
+        tracker.end(run_id, "FINISHED")
+        return run_id
+    except Exception as err:  # the store failed: the measurement must not be lost with it
+        log.warning("bench not recorded in MLflow (%s); the results are in %s.json and .md", err, out)
+        if run_id:
+            tracker.end_quietly(run_id, "FAILED")
+            _write(res, out)  # without the id of a run that does not hold them
+        return None

@@ -44,17 +44,27 @@ def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
     n = worker_count(cfg)
     args = ["--standalone", f"--nproc-per-node={n}", "--max-restarts=0", "-m", "ampbench", *argv]
     log.info("launching %d DDP worker(s): torchrun %s", n, " ".join(args))
+    # The agent installs handlers for these and never puts ours back.
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    }
+    code = 1
     try:
         torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause
         code = 0
     except ChildFailedError as failed:
         log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
-        code = 1
     except SignalException as stop:  # the workers were told to stop (and saved) first
         log.error("stopped by %s: the DDP workers were told to stop", signal.Signals(stop.sigval).name)
         code = 128 + int(stop.sigval)
-    if code:
-        _fail_dangling_runs(cfg, work_dir)
+    except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
+        log.exception("torchrun's agent failed")
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, nothing to restore
+                signal.signal(sig, handler)
+        if code:
+            _fail_dangling_runs(cfg, work_dir)
     return code
 
 
