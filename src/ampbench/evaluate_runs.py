@@ -34,34 +34,31 @@ def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> N
 
 
 def reference_model(tracker, run_id: str, name: str, model_file: Path, facts: dict) -> str:
-    """The seed's model in the Models tab as an external model: metadata and a pointer to the
-    file DVC tracks, no copy of its weights (milliseconds, against seconds for an export)."""
-    from mlflow.entities import LoggedModelStatus
-    from mlflow.models.model import MLMODEL_FILE_NAME
-    from mlflow.models.utils import get_external_mlflow_model_spec
-    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+    """The seed's model in the Models tab as an MLflow external model: metadata and a pointer to
+    the file DVC tracks, no copy of its weights (milliseconds, against seconds for an export)."""
+    import mlflow
 
-    client = tracker.client
     where = str(_in_repo(model_file))
-    tags = {MLFLOW_MODEL_IS_EXTERNAL: "true", "ampbench.model_file": where,
-            "mlflow.note.content": f"Weights: `{where}` (DVC output of the train stage; load it with "
-            "`torch.load(path, weights_only=True)`). `tracking.log_model: export` logs a servable "
-            "MLflow model instead."}  # fmt: skip
-    params = {k: str(v) for k, v in facts.items()}
-    model = client.create_logged_model(tracker.experiment_id(), name=name, source_run_id=run_id, tags=tags,
-                                       params=params, model_type="ampbench")  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:  # MLflow's own stub, so the model can be registered
-        get_external_mlflow_model_spec(model).save(Path(tmp) / MLMODEL_FILE_NAME)
-        client.log_model_artifacts(model.model_id, tmp)
-    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    note = (f"Weights: `{where}` (DVC output of the train stage; load it with `torch.load(path, "
+            "weights_only=True)`). `tracking.log_model: export` logs a servable MLflow model "
+            "instead.")  # fmt: skip
+    mlflow.set_tracking_uri(tracker.uri)  # the fluent call below uses the global store
+    model = mlflow.create_external_model(
+        name=name,
+        source_run_id=run_id,
+        experiment_id=tracker.experiment_id(),
+        model_type="ampbench",
+        tags={"ampbench.model_file": where, "mlflow.note.content": note},
+        params={k: str(v) for k, v in facts.items()},
+    )
     return model.model_id
 
 
 def _in_repo(path: Path) -> Path:
     from ampbench.tracking import repo_root
 
-    path = path.resolve()
-    return path.relative_to(repo_root()) if path.is_relative_to(repo_root()) else path
+    path, root = path.resolve(), repo_root().resolve()
+    return path.relative_to(root) if path.is_relative_to(root) else path
 
 
 def export_model(tracker, run_id: str, name: str, scorer: torch.nn.Module, example: torch.Tensor) -> str:
