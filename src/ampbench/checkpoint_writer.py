@@ -20,6 +20,7 @@ the shared-memory files it mapped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import subprocess
@@ -59,7 +60,8 @@ class CheckpointWriter:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:  # a dead writer: its replacement maps fresh buffers
                 self._discard()
-            self._proc = subprocess.Popen([sys.executable, "-m", "ampbench.checkpoint_writer"],
+            # Through `ampbench`: a warm-start server forks the writer at once (ampbench.warm).
+            self._proc = subprocess.Popen([sys.executable, "-m", "ampbench", "checkpoint-writer"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           start_new_session=True)  # fmt: skip
 
@@ -242,11 +244,20 @@ def _serve(inp, out) -> None:
             Path(name).unlink(missing_ok=True)
 
 
-if __name__ == "__main__":
-    # Through the module's own name, so that the slots the trainer pickled (ampbench.checkpoint_writer
-    # ._Slot) are the class _serve tests for, not this __main__ copy's.
-    from ampbench.checkpoint_writer import _serve as serve
+def serve_stdio() -> int:
+    """The writer process's main (`ampbench checkpoint-writer`, started by CheckpointWriter.start).
 
+    It competes with the training loop for the host's CPUs while it writes (an AMP epoch on an
+    H200 lasts about as long as one write), so it asks for as little as it can: the lowest CPU
+    priority (SCHED_IDLE: it runs when a CPU would otherwise idle) and no CRC32 over the 190 MB
+    (two thirds of torch.save's CPU time; the atomic rename, not a checksum, is what keeps a torn
+    checkpoint from being read, and loading still verifies the zip structure).
+    """
+    with contextlib.suppress(AttributeError, OSError):  # not on every platform
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    with contextlib.suppress(AttributeError):  # torch < 2.6
+        torch.serialization.set_crc32_options(False)
     answers = os.fdopen(os.dup(1), "wb")  # the answers' channel: nothing else may write into it,
     os.dup2(2, 1)  # so anything printed to fd 1 (a library's message) goes to stderr
-    serve(sys.stdin.buffer, answers)
+    _serve(sys.stdin.buffer, answers)
+    return 0

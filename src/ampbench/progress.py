@@ -18,7 +18,6 @@ The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.e
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from ampbench.estimate import (
     seed_steps,
     study_variants,
 )
+from ampbench.timing import process_age
 
 # Re-exported: `ampbench estimate` calls progress.preflight.
 __all__ = ["StageProgress", "fmt_duration", "for_stage", "preflight", "process_seconds"]
@@ -44,13 +44,10 @@ log = logging.getLogger(__name__)
 
 
 def process_seconds() -> float:
-    """Wall time since this process started (Linux /proc; elsewhere since this module loaded)."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return time.monotonic() - _LOADED
+    """Wall time since this process started (timing.process_age; without /proc, since this module
+    loaded)."""
+    age = process_age()
+    return max(0.0, age) if age == age else time.monotonic() - _LOADED
 
 
 _LOADED = time.monotonic()

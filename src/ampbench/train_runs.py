@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -136,16 +138,42 @@ def close_seed_run(stage: Stage, saved: dict, final: Path, timed: dict | None = 
         ) from None
 
 
-def system_metrics(stage: Stage, run_id: str):
+def system_metrics(stage: Stage, run_id: str) -> SystemMetrics | None:
     """CPU/GPU utilisation and memory over the whole stage, on the variant run (the row the UI
-    shows; system/ charts), if enabled. One monitor per stage: starting NVML and a sampler per
+    shows; system/ charts), if enabled. One sampler per stage: starting NVML and a sampler per
     seed cost about a second each time, for seeds that train in seconds."""
-    if not stage.system_metrics:
-        return None
+    return SystemMetrics(run_id, stage.tracker.uri) if stage.system_metrics else None
+
+
+class SystemMetrics:
+    """MLflow's system-metrics sampler in a process of its own (`ampbench system-metrics`), which
+    ends when the training process closes its stdin or dies. In the training process its thread
+    took the GIL every second and cost the AMP variants about 10% of their images/s on an H200
+    (docs/BENCHMARKS.md); with a warm-start server the process is a fork that starts at once."""
+
+    def __init__(self, run_id: str, uri: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "ampbench", "system-metrics", run_id, uri],
+                                     stdin=subprocess.PIPE)  # fmt: skip
+
+    def finish(self) -> None:
+        """Stop sampling: the sampler logs what it holds and ends the run's system metrics."""
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def system_metrics_main(run_id: str, uri: str) -> int:
+    """The sampler process: MLflow's monitor on `run_id` until stdin closes."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
-    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True,
-                                   tracking_uri=stage.tracker.uri)  # fmt: skip
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True, tracking_uri=uri)
     monitor.start()
-    return monitor
+    try:
+        sys.stdin.buffer.read()  # returns when the training process closes it, or is gone
+    finally:
+        monitor.finish()
+    return 0
