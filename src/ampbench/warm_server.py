@@ -138,6 +138,10 @@ class Server:
                 os._exit(code)
         for fd in fds:  # only the child may hold them: a pipe must close when the child exits
             os.close(fd)
+        print(
+            f"warm server: pid {pid} runs `ampbench {' '.join(request['argv'])}` in {request['cwd']}",
+            flush=True,
+        )
         self.children[pid] = {"conn": conn, "buf": b"", "watched": True}
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, pid)
