@@ -35,8 +35,9 @@ from pathlib import Path
 # torch._dynamo: torch.optim imports it (900 modules, sympy among them) at the first optimizer a
 # process builds, which cost each train stage's first seed 4 s of set-up on the H200 host.
 PRELOAD = (
-    "torch", "torch._dynamo", "torch.distributed.run", "mlflow", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
-    "mlflow.system_metrics.system_metrics_monitor", "sklearn.metrics", "scipy.stats", "matplotlib.pyplot",
+    "torch", "torch._dynamo", "torch.distributed.run", "mlflow", "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store", "mlflow.system_metrics.system_metrics_monitor",
+    "sklearn.metrics", "scipy.stats", "matplotlib.pyplot",
     "ampbench.cli", "ampbench.fetch", "ampbench.train", "ampbench.evaluate", "ampbench.compare",
     "ampbench.launch", "ampbench.checkpoint_writer", "ampbench.warm",
 )  # fmt: skip
@@ -63,6 +64,7 @@ class Server:
         self.children: dict[int, dict] = {}  # pid -> {"conn", "buf"}
         self.added_env: dict[str, str] = {}
         self.listener: socket.socket | None = None
+        self.inode: int | None = None
 
     def run(self) -> int:
         lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -80,6 +82,7 @@ class Server:
         self.path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.path))
+        self.inode = os.stat(self.path).st_ino  # to tell our socket file from a newer server's
         self.listener.listen(64)
         print(f"warm server {os.getpid()}: ready at {self.path} after {time.perf_counter() - t0:.1f} s of "
               "imports", flush=True)  # fmt: skip
@@ -221,14 +224,9 @@ class Server:
 
     def _forget_socket(self) -> None:
         """Remove our socket file (not a newer server's) so that clients start a fresh server."""
-        try:
-            if (
-                self.listener is not None
-                and os.stat(self.path).st_ino == os.fstat(self.listener.fileno()).st_ino
-            ):
+        with contextlib.suppress(OSError):
+            if self.inode is not None and os.stat(self.path).st_ino == self.inode:
                 self.path.unlink()
-        except OSError:
-            pass
 
 
 def run_command(argv: list[str]) -> int:
