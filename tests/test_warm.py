@@ -11,11 +11,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ampbench import warm
 from conftest import alive, load_pt, long_project, run_cli, runs, venv_env, wait_for_checkpoint
@@ -153,3 +156,29 @@ def test_an_idle_server_exits_and_removes_its_socket(project, warm_dir):
     # The next stage finds no server: it runs here (and starts another).
     again = run_cli(project, "compare", "--variants", "nope", env=env, check=False)
     assert again.returncode == 2 and "--variants: unknown nope" in again.stderr
+
+
+@pytest.mark.slow  # a server's imports: ~15 s on 2 cores
+def test_kill_9_of_a_warm_trainer_does_not_stop_its_forked_writer(tmp_path, project, warm_dir):
+    """As test_checkpoint_writer's test of the same name, with the writer forked by the server."""
+    env = warm_env(warm_dir)
+    run_cli(project, "compare", "--variants", "nope", env=env, check=False)  # starts the server
+    log = server_log(warm_dir)
+    ck = tmp_path / "ck.pt"
+    script = textwrap.dedent(f"""
+        import os, signal, torch
+        from pathlib import Path
+        from ampbench.checkpoint_writer import CheckpointWriter
+        w = CheckpointWriter()
+        w.save({{"w": torch.ones(3000, 3000), "epoch": 5}}, Path({str(ck)!r}), wait=True)
+        w.save({{"w": torch.full((3000, 3000), 2.0), "epoch": 6}}, Path({str(ck)!r}))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    assert proc.wait(120) == -signal.SIGKILL
+    writer = child_pid(log, "checkpoint-writer")
+    deadline = time.monotonic() + 60
+    while alive(writer) and time.monotonic() < deadline:  # it finishes the write, then exits
+        time.sleep(0.1)
+    saved = torch.load(ck, weights_only=True)
+    assert saved["epoch"] == 6 and torch.equal(saved["w"], torch.full((3000, 3000), 2.0))
