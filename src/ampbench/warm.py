@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from ampbench.timing import process_age  # standard library only, like this module
+
 PACKAGE = Path(__file__).resolve().parent
 # Helper processes of a train stage, started as `ampbench <name> args...`: module:function(*args).
 HELPERS = {"checkpoint-writer": "ampbench.checkpoint_writer:serve_stdio",
@@ -63,17 +65,6 @@ def socket_path() -> Path:
     folder = Path(base) / f"ampbench-warm-{os.getuid()}"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder / f"{fingerprint()}.sock"
-
-
-def process_age() -> float:
-    """Seconds since this process started (the server adds it to the stage's start-up time)."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            return float(f.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -175,7 +175,8 @@ class Server:
         sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())
         from ampbench import timing
 
-        timing.LAUNCHED_BEFORE_S = float(request.get("age", 0.0))  # the client's own start
+        age = float(request.get("age", 0.0))
+        timing.LAUNCHED_BEFORE_S = age if age == age else 0.0  # the client's own start (nan: unknown)
         return run_command(argv)
 
     def _from_client(self, pid: int) -> None:
