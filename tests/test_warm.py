@@ -140,6 +140,15 @@ def test_signals_reach_the_warm_child_and_a_killed_client_takes_it_along(tmp_pat
     assert not alive(stage)
     assert load_pt(ckpt)["epoch"] >= done + 1
 
+    # SIGTERM to the server: its stages stop as if each got the SIGTERM, and their clients hear it.
+    client = procs.start(proj, "train", env=env, name="train3")
+    done = load_pt(ckpt)["epoch"]
+    wait_for_checkpoint(client, ckpt, proj / "train3.log", min_epoch=done + 1)
+    (server,) = re.findall(r"warm server (\d+): ready", log.read_text())
+    os.kill(int(server), signal.SIGTERM)
+    assert client.wait(60) == 143, (proj / "train3.log").read_text()
+    assert "SIGTERM received" in (proj / "train3.log").read_text()
+
 
 @pytest.mark.slow  # a server's imports: ~10 s on 2 cores
 def test_an_idle_server_exits_and_removes_its_socket(project, warm_dir):
@@ -174,7 +183,8 @@ def test_kill_9_of_a_warm_trainer_does_not_stop_its_forked_writer(tmp_path, proj
         w.save({{"w": torch.full((3000, 3000), 2.0), "epoch": 6}}, Path({str(ck)!r}))
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    # RANK: a DDP rank 0's writer, whose client must not take its trainer's death for torchrun's.
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": "0"})
     assert proc.wait(120) == -signal.SIGKILL
     writer = child_pid(log, "checkpoint-writer")
     deadline = time.monotonic() + 60

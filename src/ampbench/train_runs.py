@@ -4,6 +4,7 @@ time breakdown and its system metrics. train.py decides what to train and when; 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -157,7 +158,9 @@ class SystemMetrics:
 
     def finish(self) -> None:
         """Stop sampling: the sampler logs what it holds and ends the run's system metrics."""
-        self.proc.stdin.close()
+        with contextlib.suppress(OSError):  # an explicit stop: forked DataLoader workers hold the pipe
+            self.proc.stdin.write(b"stop\n")
+            self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -173,7 +176,7 @@ def system_metrics_main(run_id: str, uri: str) -> int:
     monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True, tracking_uri=uri)
     monitor.start()
     try:
-        sys.stdin.buffer.read()  # returns when the training process closes it, or is gone
+        sys.stdin.buffer.readline()  # "stop", or EOF when the training process is gone
     finally:
         monitor.finish()
     return 0

@@ -28,6 +28,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -64,6 +65,9 @@ def socket_path() -> Path:
     base = os.environ.get("AMPBENCH_WARM_DIR") or os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
     folder = Path(base) / f"ampbench-warm-{os.getuid()}"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.lstat()  # a folder someone else made (in /tmp) would get our environment and terminal
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user; warm starts are off")
     return folder / f"{fingerprint()}.sock"
 
 
@@ -92,7 +96,11 @@ def run(argv: list[str]) -> int:
 def forward(argv: list[str]) -> int | None:
     """Run argv in a warm server's child; its exit code, or None when no server could take it
     (then one is started for the next stage, unless one is starting already)."""
-    path = socket_path()
+    try:
+        path = socket_path()
+    except OSError as err:
+        print(f"ampbench: {err}", file=sys.stderr)
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
@@ -111,7 +119,7 @@ def forward(argv: list[str]) -> int | None:
     if not started:  # the server went away before it forked: nothing ran yet
         sock.close()
         return None
-    return _wait(sock, lines, started["pid"])
+    return _wait(sock, lines, started["pid"], watch_parent="RANK" in os.environ and argv[0] not in HELPERS)
 
 
 class _Lines:
@@ -134,7 +142,7 @@ class _Lines:
         return line
 
 
-def _wait(sock: socket.socket, lines: _Lines, child: int) -> int:
+def _wait(sock: socket.socket, lines: _Lines, child: int, watch_parent: bool) -> int:
     """Pass signals on to the child until the server reports how it ended; exit the same way."""
     parent = os.getppid()
 
@@ -151,8 +159,9 @@ def _wait(sock: socket.socket, lines: _Lines, child: int) -> int:
             line = b""
         if line is not None:
             break
-        # A DDP worker whose torchrun died (kill -9) stops, as train.StopFlag does directly.
-        if "RANK" in os.environ and os.getppid() != parent:
+        # A DDP worker whose torchrun died (kill -9) stops, as train.StopFlag does directly (not
+        # a helper: a checkpoint writer whose trainer died finishes its write).
+        if watch_parent and os.getppid() != parent:
             parent = os.getppid()
             pass_on(signal.SIGTERM, None)
     if not line:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import importlib
 import json
@@ -25,9 +26,11 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 # What the stages import, in the order they need it. A module that fails to import is only logged:
@@ -65,19 +68,25 @@ class Server:
         self.added_env: dict[str, str] = {}
         self.listener: socket.socket | None = None
         self.inode: int | None = None
+        self.lock = -1
 
     def run(self) -> int:
-        lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        self.lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return 0  # another server has this socket
         t0 = time.perf_counter()
         self.added_env = preload()
         import torch
 
+        from ampbench.warm import fingerprint
+
         if torch.cuda.is_initialized():  # a fork would inherit a CUDA context it cannot use
             print("warm server: an import initialised CUDA; not serving", flush=True)
+            return 1
+        if fingerprint() != self.path.stem:  # edited while importing, or another sys.path
+            print(f"warm server: the code is not the one {self.path.name} names; not serving", flush=True)
             return 1
         self.path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -91,7 +100,22 @@ class Server:
             self._loop()
         finally:
             self._forget_socket()
+            self._stop_children()
         return 0
+
+    def _stop_children(self, grace_s: float = 60.0) -> None:
+        """Stopping the server (SIGTERM) stops its stages as a SIGTERM to each would: they save
+        and exit, and their clients hear how. Helpers end with their stage."""
+        for pid, child in self.children.items():
+            if not child["helper"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while self.children and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.1)
+        for pid in self.children:
+            _kill_group(pid, signal.SIGKILL)
 
     def _loop(self) -> None:
         last_busy = time.monotonic()
@@ -130,34 +154,43 @@ class Server:
                 os.close(fd)
             conn.close()
             return
-        sys.stdout.flush()
-        sys.stderr.flush()
+        from ampbench.warm import HELPERS
+
+        helper = bool(request["argv"]) and request["argv"][0] in HELPERS
+        _flush_all()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 70
             try:
-                code = self._child(conn, request, fds)
+                code = self._child(conn, request, fds, helper, server)
+            except BaseException:  # noqa: BLE001 - before the command ran: say why, then exit
+                traceback.print_exc()
             finally:
+                _flush_all()
                 os._exit(code)
         for fd in fds:  # only the child may hold them: a pipe must close when the child exits
             os.close(fd)
-        print(
-            f"warm server: pid {pid} runs `ampbench {' '.join(request['argv'])}` in {request['cwd']}",
-            flush=True,
-        )
-        self.children[pid] = {"conn": conn, "buf": b"", "watched": True}
+        self.children[pid] = {"conn": conn, "buf": b"", "watched": True, "helper": helper}
+        self._send(pid, {"pid": pid})  # first: once the client knows, it never runs the stage itself
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, pid)
-        self._send(pid, {"pid": pid})
+        print(f"warm server: pid {pid} runs `ampbench {' '.join(request['argv'])}` in {request['cwd']}",
+              flush=True)  # fmt: skip
 
-    def _child(self, conn: socket.socket, request: dict, fds: list[int]) -> int:
+    def _child(self, conn: socket.socket, request: dict, fds: list[int], helper: bool, server: int) -> int:
         """In the forked child: become the client's process, run its command, return the code."""
         os.setpgid(0, 0)
+        if not helper:  # a server killed outright takes its stages along (helpers finish their write)
+            _die_with_parent()
+            if os.getppid() != server:  # it died before that took effect
+                return 1
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         self.sel.close()
         self.listener.close()
+        os.close(self.lock)  # else the stage (and its forks) would keep the next server from starting
         for other in self.children.values():
             other["conn"].close()
         conn.close()
@@ -172,7 +205,7 @@ class Server:
         os.umask(request["umask"])
         argv = request["argv"]
         sys.argv = ["ampbench", *argv]
-        sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())
+        _as_if_started_here()
         from ampbench import timing
 
         age = float(request.get("age", 0.0))
@@ -246,14 +279,38 @@ def run_command(argv: list[str]) -> int:
         code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the exit code
         traceback.print_exc()
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # as the interpreter does: wakes idle executors, joins non-daemon threads
     atexit._run_exitfuncs()
+    _flush_all()
+    return int(code or 0)
+
+
+def _flush_all() -> None:
+    """Python's streams and C's stdio buffers (os._exit skips libc's exit, which flushes them)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    return int(code or 0)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+def _as_if_started_here() -> None:
+    """What a fresh interpreter would have set from the client's environment, set again."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=stream.isatty() or stream is sys.stderr, write_through=unbuffered)
+    tempfile.tempdir = None  # TMPDIR is read again
+    threads = os.environ.get("OMP_NUM_THREADS", "")  # torchrun sets 1 per worker; torch read it at import
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process if the server dies (Linux prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -262,6 +319,9 @@ def _kill_group(pid: int, sig: int) -> None:
 
 
 def main() -> int:
+    # Each fork warns that the process has threads (torch's, the BLAS pools' at import): they
+    # are idle, and the child uses none of them before it makes its own.
+    warnings.filterwarnings("ignore", message=".*use of fork.*", category=DeprecationWarning)
     from ampbench.warm import IDLE_S
 
     idle_s = float(os.environ.get("AMPBENCH_WARM_IDLE_S", IDLE_S))
