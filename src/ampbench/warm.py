@@ -201,6 +201,9 @@ def _start_server(path: Path) -> None:
     with open(log, "ab") as out:
         out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} started by pid {os.getpid()}\n".encode())
         out.flush()
+        # Without the thread counts torchrun sets per worker: torch reads them at import, and the
+        # server's import serves every later stage (a child sets them again from its own).
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         subprocess.Popen([sys.executable, "-m", "ampbench.warm_server", str(path)], stdin=subprocess.DEVNULL,
-                         stdout=out, stderr=subprocess.STDOUT, cwd=path.parent,
+                         stdout=out, stderr=subprocess.STDOUT, cwd=path.parent, env=env,
                          start_new_session=True)  # fmt: skip

@@ -105,15 +105,19 @@ class Server:
 
     def _stop_children(self, grace_s: float = 60.0) -> None:
         """Stopping the server (SIGTERM) stops its stages as a SIGTERM to each would: they save
-        and exit, and their clients hear how. Helpers end with their stage."""
+        and exit, and their clients hear how. Helpers end with their stage. A second SIGTERM
+        changes nothing; clients' signals and deaths are still handled meanwhile."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for pid, child in self.children.items():
             if not child["helper"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while self.children and time.monotonic() < deadline:
+            for key, _ in self.sel.select(0.1):
+                if key.data is not None:  # new requests wait: this server is going
+                    self._from_client(key.data)
             self._reap()
-            time.sleep(0.1)
         for pid in self.children:
             _kill_group(pid, signal.SIGKILL)
 
@@ -148,17 +152,19 @@ class Server:
             request = json.loads(data)
             if len(fds) != 3:
                 raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
-        except (OSError, ValueError) as err:
+            from ampbench.warm import HELPERS
+
+            helper = bool(request["argv"]) and request["argv"][0] in HELPERS
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
             print(f"warm server: bad request ({err!r})", flush=True)
             for fd in fds:
                 os.close(fd)
             conn.close()
             return
-        from ampbench.warm import HELPERS
-
-        helper = bool(request["argv"]) and request["argv"][0] in HELPERS
         _flush_all()
         server = os.getpid()
+        # No SIGTERM between the fork and the child's registration: _stop_children must see it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         pid = os.fork()
         if pid == 0:
             code = 70
@@ -175,6 +181,7 @@ class Server:
         self._send(pid, {"pid": pid})  # first: once the client knows, it never runs the stage itself
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         print(f"warm server: pid {pid} runs `ampbench {' '.join(request['argv'])}` in {request['cwd']}",
               flush=True)  # fmt: skip
 
@@ -188,6 +195,7 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         self.sel.close()
         self.listener.close()
         os.close(self.lock)  # else the stage (and its forks) would keep the next server from starting
@@ -233,7 +241,10 @@ class Server:
         while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
+            except ChildProcessError:  # reaped elsewhere (a signal cut in): their status is lost
+                for child in self.children.values():
+                    child["conn"].close()
+                self.children.clear()
                 return
             if pid == 0:
                 return
@@ -279,7 +290,10 @@ def run_command(argv: list[str]) -> int:
         code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the exit code
         traceback.print_exc()
-    threading._shutdown()  # as the interpreter does: wakes idle executors, joins non-daemon threads
+    try:
+        threading._shutdown()  # as the interpreter does: wakes idle executors, joins non-daemon threads
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
     atexit._run_exitfuncs()
     _flush_all()
     return int(code or 0)
@@ -291,7 +305,7 @@ def _flush_all() -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+        _LIBC.fflush(None)
 
 
 def _as_if_started_here() -> None:
@@ -310,7 +324,10 @@ def _as_if_started_here() -> None:
 def _die_with_parent() -> None:
     """SIGKILL this process if the server dies (Linux prctl PR_SET_PDEATHSIG)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        _LIBC.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+_LIBC = ctypes.CDLL(None)  # loaded once here, not with dlopen in a forked child
 
 
 def _kill_group(pid: int, sig: int) -> None:
