@@ -115,7 +115,7 @@ def main() -> int:
     try:
         os.environ["MLFLOW_TRACKING_URI"] = uri
         sys.path.insert(0, str(REPO / "src"))
-        from ampbench.tracking import Tracker
+        from ampbench.tracking.tracker import Tracker
 
         link = Tracker(args.experiment).link()  # exactly what the pipeline prints
         args.out.mkdir(parents=True, exist_ok=True)

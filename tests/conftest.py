@@ -36,10 +36,9 @@ CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 # What every test project overrides in params.yaml: tiny model, tiny batches, two epochs.
 TINY = {
     "model": {"fc_dim": 32},
-    "train": {"epochs": 2, "batch_size": 20, "seeds": [0], "workers": 0, "checkpoint_every_s": 0,
-              "lr": 0.05},
+    "train": {"epochs": 2, "batch_size": 20, "seeds": [0], "workers": 0, "checkpoint_every_s": 0, "lr": 0.05},
     "tracking": {"log_model": "reference"},
-}  # fmt: skip
+}
 
 
 def make_dataset(n_train_per_class: int = 6, n_test_per_class: int = 2, seed: int = 0) -> dict:
@@ -54,8 +53,13 @@ def make_dataset(n_train_per_class: int = 6, n_test_per_class: int = 2, seed: in
 
     train_x, train_y = split(n_train_per_class)
     test_x, test_y = split(n_test_per_class)
-    return {"train_images": train_x, "train_labels": train_y, "test_images": test_x,
-            "test_labels": test_y, "classes": list(CLASSES)}  # fmt: skip
+    return {
+        "train_images": train_x,
+        "train_labels": train_y,
+        "test_images": test_x,
+        "test_labels": test_y,
+        "classes": list(CLASSES),
+    }
 
 
 def image_folder_archive(dest: Path, per_class: int = 6, test_per_class: int = 3) -> Path:
@@ -92,12 +96,12 @@ def write_params(project: Path, **sections) -> dict:
 
 def new_project(folder: Path, per_class: int = 6, **sections) -> Path:
     """`folder` with dvc.yaml, params.yaml (TINY plus `sections`) and a prepared tiny dataset."""
-    from ampbench import data
+    from ampbench.data import prepared
 
     folder.mkdir(parents=True)
     shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
     write_params(folder, **sections)
-    data.save_dataset(make_dataset(per_class), folder / "data" / "prepared" / "cifar10.pt")
+    prepared.save_dataset(make_dataset(per_class), folder / "data" / "prepared" / "cifar10.pt")
     return folder
 
 
@@ -120,13 +124,18 @@ def venv_env(**extra: str) -> dict:
     return env
 
 
-def run_cli(project: Path, *args: str, env: dict | None = None, timeout: float = 300,
-            check: bool = True) -> subprocess.CompletedProcess:  # fmt: skip
+def run_cli(
+    project: Path, *args: str, env: dict | None = None, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run `python -m ampbench ARGS` in the project folder; fail with its output if asked."""
     proc = subprocess.run(
-        [sys.executable, "-m", "ampbench", *args], cwd=project, env=env or clean_env(),
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        [sys.executable, "-m", "ampbench", *args],
+        cwd=project,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         pytest.fail(f"ampbench {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -166,11 +175,25 @@ class MlflowServer:
     def start(self, timeout: float = 120) -> MlflowServer:
         mlflow = VENV_BIN / "mlflow"
         self.proc = subprocess.Popen(
-            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
-             "--artifacts-destination", str(self.folder / "mlartifacts")],
-            cwd=self.folder, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [
+                str(mlflow),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.folder / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(self.folder / "mlartifacts"),
+            ],
+            cwd=self.folder,
+            env=clean_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -223,13 +246,23 @@ class Procs:
         self.started: list[subprocess.Popen] = []
         self.adopted: list[int] = []  # DDP workers: torchrun starts them in sessions of their own
 
-    def start(self, project: Path, *args: str, env: dict | None = None, name: str = "train",
-              cmd: list[str] | None = None) -> subprocess.Popen:  # fmt: skip
+    def start(
+        self,
+        project: Path,
+        *args: str,
+        env: dict | None = None,
+        name: str = "train",
+        cmd: list[str] | None = None,
+    ) -> subprocess.Popen:
         with open(project / f"{name}.log", "w") as log:
             proc = subprocess.Popen(
-                cmd or [sys.executable, "-m", "ampbench", *args], cwd=project, env=env or venv_env(),
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                cmd or [sys.executable, "-m", "ampbench", *args],
+                cwd=project,
+                env=env or venv_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.started.append(proc)
         return proc
 
@@ -270,8 +303,9 @@ def load_pt(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, path: Path, log: Path, min_epoch: int = 1,
-                        timeout: float = 240) -> dict:  # fmt: skip
+def wait_for_checkpoint(
+    proc: subprocess.Popen, path: Path, log: Path, min_epoch: int = 1, timeout: float = 240
+) -> dict:
     """Poll until `path` holds a checkpoint of at least `min_epoch` completed epochs."""
     deadline, seen = time.monotonic() + timeout, None
     while time.monotonic() < deadline:

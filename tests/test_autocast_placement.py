@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench import engine, parallel, precision
 from ampbench.config import Config, ModelConfig, replace
-from ampbench.model import AlexNet, DtypeProbe, autocast_outside, forward_context
+from ampbench.training import build, parallel, precision
+from ampbench.training.model import AlexNet, DtypeProbe, autocast_outside, forward_context
 from conftest import mlflow_client, run_cli
 
 TINY = Config(model=ModelConfig(fc_dim=16))
@@ -26,9 +26,9 @@ def _one_step(outside: bool, prec: str = "autocast_bf16", parallel_name: str = "
     cfg = replace(TINY, train=train)
     strategy = parallel.make(parallel_name)
     strategy.setup()
-    trainer = engine.setup(cfg, precision.PRECISIONS[prec], strategy, 10, 100)
+    trainer = build.setup(cfg, precision.PRECISIONS[prec], strategy, 10, 100)
     probe = DtypeProbe(trainer.raw_model)
-    step = engine.make_step(trainer, cfg, strategy)
+    step = build.make_step(trainer, cfg, strategy)
     x = torch.randint(0, 255, (8, 3, 32, 32), dtype=torch.uint8, device=strategy.device)
     step(x, torch.arange(8, device=strategy.device) % 10)
     return trainer.raw_model, trainer.facts, step.forward_context, probe.fact()
@@ -68,8 +68,16 @@ def test_probe_ignores_evaluation_and_wrapped_models_share_the_context():
 
 @pytest.mark.slow  # a whole train stage as a subprocess
 def test_the_run_records_replica_dtypes_and_placement(project):
-    run_cli(project, "train", "--parallel", "dp", "--precision", "autocast",
-            "--set", "train.dp_autocast_outside_forward=true")  # fmt: skip
+    run_cli(
+        project,
+        "train",
+        "--parallel",
+        "dp",
+        "--precision",
+        "autocast",
+        "--set",
+        "train.dp_autocast_outside_forward=true",
+    )
     client = mlflow_client(project)
     exp = client.get_experiment_by_name("cifar10-amp")
     seed = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("ampbench.kind") == "seed"]
@@ -82,8 +90,11 @@ def test_the_run_records_replica_dtypes_and_placement(project):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs >= 2 CUDA GPUs: DataParallel on one "
-                    "GPU calls the module directly, so no replica thread runs")  # fmt: skip
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="needs >= 2 CUDA GPUs: DataParallel on one "
+    "GPU calls the module directly, so no replica thread runs",
+)
 @pytest.mark.parametrize(("prec", "dtype"), [("autocast", "float16"), ("autocast_bf16", "bfloat16")])
 def test_dataparallel_replicas_under_an_outer_autocast(prec, dtype):
     """What torch's parallel_apply does (torch 2.14): each replica thread re-enters autocast with

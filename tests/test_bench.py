@@ -13,16 +13,37 @@ from conftest import mlflow_client, run_cli, runs
 @pytest.mark.slow
 def test_bench_on_cpu(project: Path):
     out = project / "reports" / "bench"
-    run_cli(project, "bench", "--variants", "single-fp32,single-autocast_gradscaler", "--batch-size", "20",
-            "--steps", "2", "--windows", "3", "--warmup", "1", "--workers", "0",
-            "--max-images", "40", "--profile", "2", "--out", str(out))  # fmt: skip
+    run_cli(
+        project,
+        "bench",
+        "--variants",
+        "single-fp32,single-autocast_gradscaler",
+        "--batch-size",
+        "20",
+        "--steps",
+        "2",
+        "--windows",
+        "3",
+        "--warmup",
+        "1",
+        "--workers",
+        "0",
+        "--max-images",
+        "40",
+        "--profile",
+        "2",
+        "--out",
+        str(out),
+    )
     res = json.loads(out.with_suffix(".json").read_text())
     measures = [(r["measure"], r["variant"]) for r in res["rows"]]
     assert measures == [
-        ("pipeline", "single-fp32"), ("ceiling", "single-fp32"),
-        ("pipeline", "single-autocast_gradscaler"), ("ceiling", "single-autocast_gradscaler"),
+        ("pipeline", "single-fp32"),
+        ("ceiling", "single-fp32"),
+        ("pipeline", "single-autocast_gradscaler"),
+        ("ceiling", "single-autocast_gradscaler"),
         ("dataloader (0 workers)", "single-autocast_gradscaler"),
-    ]  # fmt: skip
+    ]
     assert res["windows"] == 3 and res["pipeline_steps"] == 2  # 40 images, batch 20: whole epochs
     for r in res["rows"]:
         ips = r["windows"]
@@ -54,8 +75,10 @@ def test_bench_on_cpu(project: Path):
         assert any("conv" in n for n in names), names  # the model's convolutions show up
         assert f"Profile of the ceiling step, {name}" in md
     # GradScaler's inf check shows up only where a scaler is used.
-    scaler_ops = [{k["kernel"] for k in res["profiles"][v]["kernels"] if "non_finite" in k["kernel"]}
-                  for v in ("single-fp32", "single-autocast_gradscaler")]  # fmt: skip
+    scaler_ops = [
+        {k["kernel"] for k in res["profiles"][v]["kernels"] if "non_finite" in k["kernel"]}
+        for v in ("single-fp32", "single-autocast_gradscaler")
+    ]
     assert not scaler_ops[0] and scaler_ops[1]
     # Recorded in MLflow, apart from the study's experiment; the files name that run.
     assert runs(project) == []
@@ -88,18 +111,41 @@ def test_bench_refuses_zero_windows(project: Path):
 def test_a_failing_store_never_costs_the_bench_its_results(project: Path, monkeypatch):
     """The files are written before MLflow is touched; a store that fails after the run started
     leaves that run FAILED and files that name no run."""
-    from ampbench import bench, config
-    from ampbench.tracking import Tracker
+    from ampbench import config
+    from ampbench.stages import bench
+    from ampbench.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     cfg = config.load_config(project / "params.yaml")
-    row = {"measure": "ceiling", "variant": "single-fp32", "amp_dtype": "float32", "images_per_second": 100.0,
-           "images_per_second_min": 90.0, "images_per_second_max": 110.0, "ms_per_step": 200.0,
-           "fraction_of_ceiling": 1.0, "tflops": 0.0, "peak_memory_mb": 1.0,
-           "warmup_seconds": 0.1}  # fmt: skip
-    res = {"hardware": "cpu", "torch": "x", "tf32": False, "batch": 20, "steps": 2, "warmup": 1, "windows": 3,
-           "cudnn_benchmark": False, "train_images": 40, "pipeline_steps": 2, "dataloader_steps": 2,
-           "gflop_per_image": 0.1, "profiles": {}, "rows": [row]}  # fmt: skip
+    row = {
+        "measure": "ceiling",
+        "variant": "single-fp32",
+        "amp_dtype": "float32",
+        "images_per_second": 100.0,
+        "images_per_second_min": 90.0,
+        "images_per_second_max": 110.0,
+        "ms_per_step": 200.0,
+        "fraction_of_ceiling": 1.0,
+        "tflops": 0.0,
+        "peak_memory_mb": 1.0,
+        "warmup_seconds": 0.1,
+    }
+    res = {
+        "hardware": "cpu",
+        "torch": "x",
+        "tf32": False,
+        "batch": 20,
+        "steps": 2,
+        "warmup": 1,
+        "windows": 3,
+        "cudnn_benchmark": False,
+        "train_images": 40,
+        "pipeline_steps": 2,
+        "dataloader_steps": 2,
+        "gflop_per_image": 0.1,
+        "profiles": {},
+        "rows": [row],
+    }
     out = project / "reports" / "bench"
     out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -15,13 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import checkpoint
-from ampbench.checkpoint_writer import CheckpointWriter
+from ampbench.checkpoints import files
+from ampbench.checkpoints.writer import CheckpointWriter
 
 
 def _state(value: float) -> dict:
-    return {"model": {"w": torch.full((300, 300), value), "n": torch.arange(3)}, "epoch": int(value),
-            "history": [{"epoch": 1, "loss": 0.5}], "stats": None}  # fmt: skip
+    return {
+        "model": {"w": torch.full((300, 300), value), "n": torch.arange(3)},
+        "epoch": int(value),
+        "history": [{"epoch": 1, "loss": 0.5}],
+        "stats": None,
+    }
 
 
 def test_the_file_holds_the_state_at_save_time_and_close_cleans_up(tmp_path: Path):
@@ -30,11 +34,11 @@ def test_the_file_holds_the_state_at_save_time_and_close_cleans_up(tmp_path: Pat
     writer.save(state, tmp_path / "ck.pt")
     state["model"]["w"].fill_(7.0)  # training goes on while the writer writes
     writer.wait()
-    saved = checkpoint.load(tmp_path / "ck.pt")
+    saved = files.load(tmp_path / "ck.pt")
     assert torch.equal(saved["model"]["w"], torch.full((300, 300), 1.0))
     assert saved["history"] == [{"epoch": 1, "loss": 0.5}] and saved["epoch"] == 1 and saved["stats"] is None
     writer.save(_state(2.0), tmp_path / "ck.pt", wait=True)
-    assert checkpoint.load(tmp_path / "ck.pt")["epoch"] == 2 and writer.writes == 2
+    assert files.load(tmp_path / "ck.pt")["epoch"] == 2 and writer.writes == 2
     writer.close()
     assert not glob.glob(f"/dev/shm/ampbench-ckpt-{os.getpid()}-*")
     assert not list(tmp_path.glob(".ck.pt.*"))  # no temp file left
@@ -45,7 +49,7 @@ def test_a_failed_write_raises_in_the_trainer(tmp_path: Path):
     blocker.write_text("not a folder")
     writer = CheckpointWriter()
     writer.save(_state(1.0), blocker / "ck.pt")
-    with pytest.raises(checkpoint.CheckpointError, match="could not write checkpoint"):
+    with pytest.raises(files.CheckpointError, match="could not write checkpoint"):
         writer.wait()
     writer.close()
 
@@ -55,7 +59,7 @@ def test_kill_9_of_the_trainer_does_not_stop_the_write_in_flight(tmp_path: Path)
     script = textwrap.dedent(f"""
         import os, signal, torch
         from pathlib import Path
-        from ampbench.checkpoint_writer import CheckpointWriter
+        from ampbench.checkpoints.writer import CheckpointWriter
         w = CheckpointWriter()
         w.save({{"w": torch.ones(3000, 3000), "epoch": 5}}, Path({str(tmp_path / "ck.pt")!r}), wait=True)
         w.save({{"w": torch.full((3000, 3000), 2.0), "epoch": 6}}, Path({str(tmp_path / "ck.pt")!r}))
@@ -65,8 +69,8 @@ def test_kill_9_of_the_trainer_does_not_stop_the_write_in_flight(tmp_path: Path)
     assert proc.wait(120) == -signal.SIGKILL
     for _ in range(600):  # the orphaned writer finishes and exits
         try:
-            saved = checkpoint.load(tmp_path / "ck.pt")
-        except checkpoint.CheckpointError:
+            saved = files.load(tmp_path / "ck.pt")
+        except files.CheckpointError:
             saved = None
         if saved and saved["epoch"] == 6 and not glob.glob(f"/dev/shm/ampbench-ckpt-{proc.pid}-*"):
             break
@@ -96,7 +100,7 @@ def test_epoch_hooks_close_returns_when_the_store_times_out():
     """The sender's failed flush and close() racing: close() must not wait for ever."""
     import threading
 
-    from ampbench.epoch_hooks import EpochHooks
+    from ampbench.tracking.epoch_hooks import EpochHooks
 
     class SlowDeadStore:
         uri = "test://down"

@@ -101,8 +101,12 @@ def test_every_stage_has_help(project: Path):
 
 def _prepared_elsewhere(project: Path) -> None:
     """source.json of data prepared from another data.url than params.yaml's."""
-    made = {"data.url": "/elsewhere/cifar.tar.gz", "data.sha256": "", "data.train_per_class": 0,
-            "data.test_per_class": 0}  # fmt: skip
+    made = {
+        "data.url": "/elsewhere/cifar.tar.gz",
+        "data.sha256": "",
+        "data.train_per_class": 0,
+        "data.test_per_class": 0,
+    }
     (project / "data" / "prepared" / "source.json").write_text(json.dumps(made))
 
 
@@ -121,8 +125,16 @@ def test_training_refuses_data_prepared_from_other_settings(project: Path):
 @pytest.mark.slow
 def test_training_accepts_data_prepared_from_the_configured_settings(project: Path):
     _prepared_elsewhere(project)
-    run_cli(project, "train", "--parallel", "single", "--precision", "fp32",
-            "--set", "data.url=/elsewhere/cifar.tar.gz")  # fmt: skip
+    run_cli(
+        project,
+        "train",
+        "--parallel",
+        "single",
+        "--precision",
+        "fp32",
+        "--set",
+        "data.url=/elsewhere/cifar.tar.gz",
+    )
     assert (project / "models" / "single-fp32" / "seed-0" / "model.pt").exists()
 
 

@@ -1,4 +1,4 @@
-"""Tests for ampbench.fetch and ampbench.data: download, verification, safe extraction, readers
+"""Tests for ampbench.data.fetch and ampbench.data.prepared: download, verification, safe extraction, readers
 and subsets.
 
 Everything runs against tiny archives built in tmp_path and served from 127.0.0.1, so no network
@@ -22,7 +22,7 @@ import pytest
 import torch
 import torchvision
 
-from ampbench import data, fetch
+from ampbench.data import fetch, prepared
 from conftest import free_port
 
 TRAIN_PER_BATCH, N_TEST = 20, 30  # 5 batches -> 100 train images, 10 per class
@@ -67,7 +67,7 @@ def cifar_dir(tmp_path, monkeypatch) -> tuple[Path, dict]:
     batches_dir.mkdir(parents=True)
     batches = {f"data_batch_{i}": _cifar_batch(rng, TRAIN_PER_BATCH) for i in range(1, 6)}
     batches["test_batch"] = _cifar_batch(rng, N_TEST)
-    meta = {"label_names": list(data.CIFAR10_CLASSES), "num_cases_per_batch": TRAIN_PER_BATCH}
+    meta = {"label_names": list(prepared.CIFAR10_CLASSES), "num_cases_per_batch": TRAIN_PER_BATCH}
     md5 = {}
     for name, content in [*batches.items(), ("batches.meta", meta)]:
         raw = pickle.dumps(content, protocol=2)
@@ -83,8 +83,9 @@ def cifar_dir(tmp_path, monkeypatch) -> tuple[Path, dict]:
 
 @pytest.fixture
 def cifar_tarball(cifar_dir, tmp_path) -> bytes:
-    path = _tar_gz(tmp_path / "cifar-10-python.tar.gz", cifar_dir[0] / "cifar-10-batches-py",
-                   "cifar-10-batches-py")  # fmt: skip
+    path = _tar_gz(
+        tmp_path / "cifar-10-python.tar.gz", cifar_dir[0] / "cifar-10-batches-py", "cifar-10-batches-py"
+    )
     return path.read_bytes()
 
 
@@ -98,7 +99,7 @@ def image_folder(tmp_path) -> Path:
     """mydata/{train,test}/<cifar class>/*.png (+ one jpg per class); pixel value encodes label."""
     root = tmp_path / "imgs" / "mydata"
     for split, n in (("train", 3), ("test", 2)):
-        for label, name in enumerate(data.CIFAR10_CLASSES):
+        for label, name in enumerate(prepared.CIFAR10_CLASSES):
             folder = root / split / name
             folder.mkdir(parents=True)
             for i in range(n):
@@ -176,15 +177,15 @@ def official(server, cifar_tarball, monkeypatch) -> str:
 # ---------------------------------------------------------------- end to end
 def test_prepare_official_archive_end_to_end(official, server, cifar_dir, tmp_path):
     out, cache = tmp_path / "out" / "ds.pt", tmp_path / "cache"
-    summary = data.prepare(official, out, cache)
+    summary = prepared.prepare(official, out, cache)
     assert summary == {
         "train": 5 * TRAIN_PER_BATCH,
         "test": N_TEST,
-        "classes": list(data.CIFAR10_CLASSES),
+        "classes": list(prepared.CIFAR10_CLASSES),
         "format": "cifar-python",
     }
-    ds = data.load_dataset(out)
-    assert ds["classes"] == list(data.CIFAR10_CLASSES)
+    ds = prepared.load_dataset(out)
+    assert ds["classes"] == list(prepared.CIFAR10_CLASSES)
     for split, n in (("train", 5 * TRAIN_PER_BATCH), ("test", N_TEST)):
         images, labels = ds[f"{split}_images"], ds[f"{split}_labels"]
         assert images.dtype == torch.uint8 and images.shape == (n, 3, 32, 32)
@@ -197,15 +198,15 @@ def test_prepare_official_archive_end_to_end(official, server, cifar_dir, tmp_pa
     assert torch.equal(ds["train_images"][TRAIN_PER_BATCH], want)
     assert ds["train_labels"][TRAIN_PER_BATCH].item() == batch2["labels"][0]
     # A second run reuses the verified cached archive instead of downloading again.
-    data.prepare(official, out, cache)
+    prepared.prepare(official, out, cache)
     assert server.requests == 1
 
 
 def test_prepare_balanced_subset(official, tmp_path):
     out = tmp_path / "ds.pt"
-    summary = data.prepare(official, out, tmp_path / "cache", train_per_class=3, test_per_class=1)
+    summary = prepared.prepare(official, out, tmp_path / "cache", train_per_class=3, test_per_class=1)
     assert (summary["train"], summary["test"]) == (30, 10)
-    ds = data.load_dataset(out)
+    ds = prepared.load_dataset(out)
     assert torch.bincount(ds["train_labels"], minlength=10).tolist() == [3] * 10
     assert torch.bincount(ds["test_labels"], minlength=10).tolist() == [1] * 10
 
@@ -221,7 +222,7 @@ def test_corrupt_download_is_retried(official, server, tmp_path):
 def test_always_corrupt_download_is_rejected(official, server, tmp_path):
     server.mode, server.bad_first = "corrupt", 99
     cache = tmp_path / "cache"
-    with pytest.raises(data.DataError, match=fetch.CIFAR10_MD5) as err:
+    with pytest.raises(prepared.DataError, match=fetch.CIFAR10_MD5) as err:
         fetch.fetch(official, cache, retries=3)
     assert "mismatch" in str(err.value) and official in str(err.value)
     assert server.requests == 3
@@ -237,7 +238,7 @@ def test_truncated_download_is_retried_and_never_kept(server, tmp_path):
     assert server.requests == 2
 
     server.bad_first = 99
-    with pytest.raises(data.DataError, match="short read"):
+    with pytest.raises(prepared.DataError, match="short read"):
         fetch.fetch(server.url("blob.bin"), tmp_path / "cache2", retries=2)
     assert list((tmp_path / "cache2").iterdir()) == []
 
@@ -251,9 +252,9 @@ def test_sha256_is_verified(server, tmp_path):
     assert fetch.fetch(server.url("a.tar.gz"), tmp_path / "c1", sha256=good).read_bytes() == body
     assert fetch.fetch(str(local), tmp_path / "c2", sha256=good) == local  # used in place
     assert fetch.fetch(local.as_uri(), tmp_path / "c2", sha256=good) == local
-    with pytest.raises(data.DataError, match=wrong):
+    with pytest.raises(prepared.DataError, match=wrong):
         fetch.fetch(str(local), tmp_path / "c2", sha256=wrong)
-    with pytest.raises(data.DataError, match=good):  # message shows the actual digest too
+    with pytest.raises(prepared.DataError, match=good):  # message shows the actual digest too
         fetch.fetch(server.url("a.tar.gz"), tmp_path / "c3", sha256=wrong, retries=2)
     assert list((tmp_path / "c3").iterdir()) == []
 
@@ -269,13 +270,13 @@ def test_cached_file_with_bad_checksum_is_replaced(official, server, cifar_tarba
 def test_unreachable_url_names_url_and_fix(tmp_path):
     port = free_port()  # closed again: nothing listens there
     url = f"http://127.0.0.1:{port}/cifar-10-python.tar.gz"
-    with pytest.raises(data.DataError, match="data.url") as err:
+    with pytest.raises(prepared.DataError, match="data.url") as err:
         fetch.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
     assert url in str(err.value) and "network" in str(err.value)
 
 
 def test_missing_local_source(tmp_path):
-    with pytest.raises(data.DataError, match="does not exist"):
+    with pytest.raises(prepared.DataError, match="does not exist"):
         fetch.fetch(str(tmp_path / "nope.tar.gz"), tmp_path / "cache")
 
 
@@ -313,7 +314,7 @@ def test_unsafe_archive_is_refused(tmp_path, make, why):
     archive = _evil_archive(tmp_path / "evil.tar.gz", make(tmp_path))
     work = tmp_path / "work"
     work.mkdir()
-    with pytest.raises(data.DataError, match=why) as err:
+    with pytest.raises(prepared.DataError, match=why) as err:
         fetch.safe_extract(archive, work / "dest")
     assert "member" in str(err.value) and "evil.tar.gz" in str(err.value)
     assert _files_in(tmp_path) == {"evil.tar.gz", "work"}  # nothing extracted anywhere
@@ -329,14 +330,14 @@ def test_safe_extract_replaces_dest_and_rejects_non_archives(tmp_path, image_fol
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "imgs", "imgs.tgz"]
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not an archive")
-    with pytest.raises(data.DataError, match="junk.tar.gz"):
+    with pytest.raises(prepared.DataError, match="junk.tar.gz"):
         fetch.safe_extract(junk, tmp_path / "dest2")
     assert not (tmp_path / "dest2").exists()
 
 
 # ---------------------------------------------------------------- readers
 def _check_image_folder_dataset(ds: dict) -> None:
-    assert ds["classes"] == list(data.CIFAR10_CLASSES)
+    assert ds["classes"] == list(prepared.CIFAR10_CLASSES)
     assert ds["train_images"].shape == (40, 3, 32, 32)
     assert ds["test_images"].shape == (30, 3, 32, 32)
     assert ds["train_images"].dtype == torch.uint8 and ds["train_labels"].dtype == torch.int64
@@ -349,23 +350,27 @@ def _check_image_folder_dataset(ds: dict) -> None:
 def test_image_folder_archive_and_directory(server, image_folder, tmp_path):
     archive = _tar_gz(tmp_path / "imgs.tar.gz", image_folder, "mydata")
     server.files["imgs.tar.gz"] = archive.read_bytes()
-    summary = data.prepare(server.url("imgs.tar.gz"), tmp_path / "a.pt", tmp_path / "cache")
-    assert summary == {"train": 40, "test": 30, "classes": list(data.CIFAR10_CLASSES),
-                       "format": "image-folder"}  # fmt: skip
-    _check_image_folder_dataset(data.load_dataset(tmp_path / "a.pt"))
-    data.prepare(str(image_folder.parent), tmp_path / "b.pt", tmp_path / "cache")
-    _check_image_folder_dataset(data.load_dataset(tmp_path / "b.pt"))
+    summary = prepared.prepare(server.url("imgs.tar.gz"), tmp_path / "a.pt", tmp_path / "cache")
+    assert summary == {
+        "train": 40,
+        "test": 30,
+        "classes": list(prepared.CIFAR10_CLASSES),
+        "format": "image-folder",
+    }
+    _check_image_folder_dataset(prepared.load_dataset(tmp_path / "a.pt"))
+    prepared.prepare(str(image_folder.parent), tmp_path / "b.pt", tmp_path / "cache")
+    _check_image_folder_dataset(prepared.load_dataset(tmp_path / "b.pt"))
 
 
 def test_image_folder_rejects_bad_trees(image_folder):
     (image_folder / "train" / "bird" / "big.png").write_bytes(
         torchvision.io.encode_png(_image(0, size=33)).numpy().tobytes()
     )
-    with pytest.raises(data.DataError, match="big.png"):
-        data.load_image_folder(image_folder)
+    with pytest.raises(prepared.DataError, match="big.png"):
+        prepared.load_image_folder(image_folder)
     (image_folder / "train" / "unicorn").mkdir()
-    with pytest.raises(data.DataError, match="unicorn"):
-        data.load_image_folder(image_folder)
+    with pytest.raises(prepared.DataError, match="unicorn"):
+        prepared.load_image_folder(image_folder)
 
 
 def test_image_folder_other_classes_sorted(tmp_path):
@@ -374,7 +379,7 @@ def test_image_folder_other_classes_sorted(tmp_path):
             (tmp_path / split / name).mkdir(parents=True)
             png = torchvision.io.encode_png(_image(i)).numpy().tobytes()
             (tmp_path / split / name / "0.png").write_bytes(png)
-    ds = data.load_image_folder(tmp_path)
+    ds = prepared.load_image_folder(tmp_path)
     assert ds["classes"] == ["ant", "zebra"]
     assert ds["train_labels"].tolist() == [0, 1]
     assert ds["train_images"][:, 0, 0, 0].tolist() == [1, 0]  # ant was written with value 1
@@ -389,20 +394,20 @@ def test_corrupt_cifar_batch_is_not_unpickled(cifar_dir, tmp_path):
             return (open, (str(marker), "w"))
 
     (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(pickle.dumps(Exploit()))
-    with pytest.raises(data.DataError, match="data_batch_3"):
-        data.load_cifar_python(root)
+    with pytest.raises(prepared.DataError, match="data_batch_3"):
+        prepared.load_cifar_python(root)
     assert not marker.exists()
 
 
 def test_find_dataset_root(tmp_path, cifar_dir, image_folder):
-    assert data.find_dataset_root(cifar_dir[0]) == ("cifar-python", cifar_dir[0])
-    assert data.find_dataset_root(tmp_path / "imgs") == ("image-folder", image_folder)
+    assert prepared.find_dataset_root(cifar_dir[0]) == ("cifar-python", cifar_dir[0])
+    assert prepared.find_dataset_root(tmp_path / "imgs") == ("image-folder", image_folder)
     empty = tmp_path / "empty" / "x" / "y" / "z"
     empty.mkdir(parents=True)
     (empty / "train").mkdir()
     (empty / "test").mkdir()  # 3 levels down: too deep
-    with pytest.raises(data.DataError, match="cifar-10-batches-py") as err:
-        data.find_dataset_root(tmp_path / "empty")
+    with pytest.raises(prepared.DataError, match="cifar-10-batches-py") as err:
+        prepared.find_dataset_root(tmp_path / "empty")
     assert "x/y" in str(err.value)
 
 
@@ -410,17 +415,17 @@ def test_find_dataset_root(tmp_path, cifar_dir, image_folder):
 def test_balanced_subset():
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2, 1, 0])
     images = torch.arange(10)
-    sub_images, sub_labels = data.balanced_subset(images, labels, 2)
+    sub_images, sub_labels = prepared.balanced_subset(images, labels, 2)
     assert sub_images.tolist() == [0, 1, 2, 3, 4, 6]
     assert sub_labels.tolist() == [0, 1, 0, 2, 1, 2]
-    assert data.balanced_subset(images, labels, 0)[0].tolist() == list(range(10))
-    with pytest.raises(data.DataError, match="fewer"):
-        data.balanced_subset(images, labels, 4)
+    assert prepared.balanced_subset(images, labels, 0)[0].tolist() == list(range(10))
+    with pytest.raises(prepared.DataError, match="fewer"):
+        prepared.balanced_subset(images, labels, 4)
 
 
 def test_save_and_load_dataset(tmp_path):
-    with pytest.raises(data.DataError, match="ampbench download"):
-        data.load_dataset(tmp_path / "missing.pt")
+    with pytest.raises(prepared.DataError, match="ampbench download"):
+        prepared.load_dataset(tmp_path / "missing.pt")
     ds = {
         "train_images": torch.zeros(4, 3, 32, 32, dtype=torch.uint8),
         "train_labels": torch.arange(4),
@@ -428,29 +433,29 @@ def test_save_and_load_dataset(tmp_path):
         "test_labels": torch.arange(2),
         "classes": ["a", "b", "c", "d"],
     }
-    data.save_dataset(ds, tmp_path / "sub" / "ds.pt")
+    prepared.save_dataset(ds, tmp_path / "sub" / "ds.pt")
     # no temp file left; the digest recorded beside the file
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["ds.pt", "ds.pt.sha256"]
-    back = data.load_dataset(tmp_path / "sub" / "ds.pt", device="cpu")
+    back = prepared.load_dataset(tmp_path / "sub" / "ds.pt", device="cpu")
     assert back["classes"] == ds["classes"] and torch.equal(back["test_images"], ds["test_images"])
     (tmp_path / "bad.pt").write_bytes(b"garbage")
-    with pytest.raises(data.DataError, match="unreadable"):
-        data.load_dataset(tmp_path / "bad.pt")
+    with pytest.raises(prepared.DataError, match="unreadable"):
+        prepared.load_dataset(tmp_path / "bad.pt")
 
 
 def test_recorded_digest_is_used_only_while_the_file_is_unchanged(tmp_path):
     path = tmp_path / "ds.pt"
-    data.save_dataset({"x": torch.arange(10)}, path)
+    prepared.save_dataset({"x": torch.arange(10)}, path)
     true = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert data.file_digest(path) == true
+    assert prepared.file_digest(path) == true
     record = path.with_name("ds.pt.sha256")
     faked = json.loads(record.read_text()) | {"sha256": "f" * 64}
     record.write_text(json.dumps(faked))
-    assert data.file_digest(path) == "f" * 64  # the record is what is read while size+mtime match
+    assert prepared.file_digest(path) == "f" * 64  # the record is what is read while size+mtime match
     path.write_bytes(path.read_bytes() + b"x")  # an edit: size and mtime change
-    assert data.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prepared.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     record.write_text("{torn")
-    assert data.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prepared.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------- issue #13 items 6 and 12
@@ -467,24 +472,29 @@ def test_temporaries_of_a_killed_download_are_removed_by_the_next(server, image_
     """kill -9 of `ampbench download` leaves temps (one inside the DVC output data/prepared)."""
     archive = _tar_gz(tmp_path / "imgs.tar.gz", image_folder, "mydata")
     server.files["imgs.tar.gz"] = archive.read_bytes()
-    url, cache, prepared = server.url("imgs.tar.gz"), tmp_path / "raw", tmp_path / "prepared"
-    data.prepare(url, prepared / "cifar10.pt", cache)
+    url, cache, out = server.url("imgs.tar.gz"), tmp_path / "raw", tmp_path / "prepared"
+    prepared.prepare(url, out / "cifar10.pt", cache)
     dead, extracted = _dead_pid(), next(p.name for p in cache.iterdir() if p.name.startswith("extracted-"))
-    stale = [prepared / f".cifar10.pt.tmp-{dead}", prepared / "cifar10.pt.k2j4_x9a.tmp",  # older naming
-             cache / f".imgs.tar.gz.part-{dead}-abc", cache / "imgs.tar.gz.q1w2e3r4.part",
-             cache / f".{extracted}.extracting-{dead}-abc", cache / f".{extracted}.extracting-q1w2e3r4",
-             cache / f".{extracted}.old-{dead}-abc"]  # fmt: skip
+    stale = [
+        out / f".cifar10.pt.tmp-{dead}",
+        out / "cifar10.pt.k2j4_x9a.tmp",  # older naming
+        cache / f".imgs.tar.gz.part-{dead}-abc",
+        cache / "imgs.tar.gz.q1w2e3r4.part",
+        cache / f".{extracted}.extracting-{dead}-abc",
+        cache / f".{extracted}.extracting-q1w2e3r4",
+        cache / f".{extracted}.old-{dead}-abc",
+    ]
     for path in stale:
         if "extracting" in path.name or ".old-" in path.name:
             (path / "train").mkdir(parents=True)
         else:
             path.write_bytes(b"half written")
-    live = prepared / f".cifar10.pt.tmp-{os.getppid()}"  # a writer that is still running: keep
+    live = out / f".cifar10.pt.tmp-{os.getppid()}"  # a writer that is still running: keep
     live.write_bytes(b"being written")
-    data.prepare(url, prepared / "cifar10.pt", cache)
+    prepared.prepare(url, out / "cifar10.pt", cache)
     assert [p for p in stale if p.exists()] == []
     assert live.exists()
-    assert data.load_dataset(prepared / "cifar10.pt")["train_images"].shape[0] == 40
+    assert prepared.load_dataset(out / "cifar10.pt")["train_images"].shape[0] == 40
 
 
 def test_save_dataset_makes_the_rename_durable(tmp_path, monkeypatch):
@@ -499,7 +509,7 @@ def test_save_dataset_makes_the_rename_durable(tmp_path, monkeypatch):
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", record)
-    data.save_dataset({"classes": ["a"]}, tmp_path / "ds.pt")
+    prepared.save_dataset({"classes": ["a"]}, tmp_path / "ds.pt")
     assert synced == [False, True]  # the file, then its folder
 
 
@@ -514,13 +524,13 @@ def _class_tree(root: Path, names: list[str]) -> Path:
 
 @pytest.mark.parametrize("count", [9, 11])
 def test_image_folder_without_ten_classes_warns_and_records_the_count(tmp_path, caplog, count):
-    names = [*data.CIFAR10_CLASSES, "unicorn"][:count]
+    names = [*prepared.CIFAR10_CLASSES, "unicorn"][:count]
     root = _class_tree(tmp_path / "tree", names)
-    with caplog.at_level("WARNING", logger="ampbench.data"):
-        data.prepare(str(root), tmp_path / "cifar10.pt", tmp_path / "cache")
+    with caplog.at_level("WARNING", logger="ampbench.data.prepared"):
+        prepared.prepare(str(root), tmp_path / "cifar10.pt", tmp_path / "cache")
     warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert f"{count} classes" in warning and str(root) in warning and names[-1] in warning, warning
-    assert data.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
+    assert prepared.load_dataset(tmp_path / "cifar10.pt")["num_classes"] == count
 
 
 @pytest.mark.slow
@@ -529,7 +539,7 @@ def test_download_records_the_class_count_in_source_json(project, tmp_path):
 
     from conftest import run_cli
 
-    root = _class_tree(tmp_path / "tree", list(data.CIFAR10_CLASSES)[:9])
+    root = _class_tree(tmp_path / "tree", list(prepared.CIFAR10_CLASSES)[:9])
     proc = run_cli(project, "download", "--set", f"data.url={root}", "--set", "data.train_per_class=0")
     assert "9 classes" in proc.stderr
     assert json.loads((project / "data" / "prepared" / "source.json").read_text())["num_classes"] == 9

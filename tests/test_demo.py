@@ -18,8 +18,12 @@ from ampbench.config import load_config
 from conftest import REPO, VENV_BIN, clean_env, image_folder_archive, make_dataset, mlflow_client
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
-STUDY_FILES = ("data/prepared/cifar10.pt", "models/single-fp32/seed-0/model.pt",
-               "reports/metrics/single-fp32.json", "reports/comparison.md")  # fmt: skip
+STUDY_FILES = (
+    "data/prepared/cifar10.pt",
+    "models/single-fp32/seed-0/model.pt",
+    "reports/metrics/single-fp32.json",
+    "reports/comparison.md",
+)
 
 
 @pytest.mark.parametrize("folder", ["demo", "tutorial"])
@@ -53,8 +57,23 @@ def _digest(path: Path) -> str:
 @pytest.mark.slow
 def test_make_demo_end_to_end(tmp_path: Path):
     proj = tmp_path / "proj"
-    skip = (".venv", ".git", "data", "models", "reports", "checkpoints", "mlflow.db", "mlruns", "dvc.lock",
-            "tmp", "cache", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")  # fmt: skip
+    skip = (
+        ".venv",
+        ".git",
+        "data",
+        "models",
+        "reports",
+        "checkpoints",
+        "mlflow.db",
+        "mlruns",
+        "dvc.lock",
+        "tmp",
+        "cache",
+        "__pycache__",
+        ".pytest_cache",
+        ".ruff_cache",
+        "*.egg-info",
+    )
     shutil.copytree(REPO, proj, symlinks=True, ignore=shutil.ignore_patterns(*skip))
     # A stand-in venv whose tools are this one's; .installed newer than requirements: no install.
     venv = proj / ".venv" / "bin"
@@ -63,9 +82,9 @@ def test_make_demo_end_to_end(tmp_path: Path):
         os.symlink(VENV_BIN / tool, venv / tool)
     (proj / ".venv" / ".installed").touch()
     # The real study's outputs, which the demo must leave alone.
-    from ampbench import data
+    from ampbench.data import prepared
 
-    data.save_dataset(make_dataset(), proj / STUDY_FILES[0])
+    prepared.save_dataset(make_dataset(), proj / STUDY_FILES[0])
     for name in STUDY_FILES[1:]:
         (proj / name).parent.mkdir(parents=True, exist_ok=True)
         (proj / name).write_text(f"the study's {name}\n")
@@ -76,8 +95,9 @@ def test_make_demo_end_to_end(tmp_path: Path):
     env.pop("OMP_NUM_THREADS")  # what `make demo` sets is part of the test
     subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
 
-    proc = subprocess.run(["make", "demo", f"DATA={archive}"], cwd=proj, env=env, capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        ["make", "demo", f"DATA={archive}"], cwd=proj, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"make demo: {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
 
     out = proj / "demo"

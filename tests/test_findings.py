@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench import claims, findings
+from ampbench.report import claims, findings
 from conftest import mlflow_client, run_cli, write_params
 
 PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")
@@ -26,13 +26,25 @@ def _id(name: str) -> str:
 
 def _record(variant: str, accs, ips, batch=128, loader="dataloader", **extra) -> dict:
     seeds = [
-        {"seed": i, "run_id": _id(f"{variant}-seed{i}"), "variant_run_id": _id(variant), "test_accuracy": a,
-         "images_per_second": s, "train_seconds": 50000 * 20 / s, "device_name": "NVIDIA H200",
-         "amp_dtype": "float32" if variant.endswith("fp32") else "float16", "cuda_graph_used": False,
-         "epochs_completed": 20, "devices_used": 1, "train.batch_size": batch, "train.loader": loader,
-         "train.workers": 8, **extra}
+        {
+            "seed": i,
+            "run_id": _id(f"{variant}-seed{i}"),
+            "variant_run_id": _id(variant),
+            "test_accuracy": a,
+            "images_per_second": s,
+            "train_seconds": 50000 * 20 / s,
+            "device_name": "NVIDIA H200",
+            "amp_dtype": "float32" if variant.endswith("fp32") else "float16",
+            "cuda_graph_used": False,
+            "epochs_completed": 20,
+            "devices_used": 1,
+            "train.batch_size": batch,
+            "train.loader": loader,
+            "train.workers": 8,
+            **extra,
+        }
         for i, (a, s) in enumerate(zip(accs, ips))
-    ]  # fmt: skip
+    ]
     return {"variant": variant, "seeds": seeds}
 
 
@@ -48,21 +60,62 @@ def _write(folder: Path, study: dict) -> Path:
 
 
 SAME_ACC = {p: [0.85, 0.86, 0.855] for p in PRECISIONS}
-TUTORIAL = _study({"fp32": [22e3, 22.1e3, 21.9e3], "autocast": [23e3, 23.2e3, 22.9e3],
-                   "autocast_gradscaler": [20e3, 20.1e3, 19.9e3]}, SAME_ACC)  # fmt: skip
-PROJECT = _study({"fp32": [52e3, 52.5e3, 51.8e3], "autocast": [137e3, 136e3, 138e3],
-                  "autocast_gradscaler": [121e3, 122e3, 120e3]},
-                 SAME_ACC, batch=512, loader="device")  # fmt: skip
-BENCH = {"hardware": "NVIDIA H200", "batch": 128, "rows": [
-    {"measure": "ceiling", "variant": "single-fp32", "images_per_second": 52e3, "ms_per_step": 2.46, "x": 1},
-    {"measure": "ceiling", "variant": "single-autocast", "images_per_second": 137e3, "ms_per_step": 0.93},
-    {"measure": "ceiling", "variant": "single-autocast_gradscaler", "images_per_second": 121e3,
-     "ms_per_step": 1.06, "median_of_windows": True},
-    {"measure": "dataloader (8 workers)", "variant": "single-autocast_gradscaler", "images_per_second": 22e3,
-     "ms_per_step": 5.8}],
-    "profiles": {"single-autocast_gradscaler": {"ms_per_step": 1.06, "kernels": [
-        {"kernel": "void at::native::_amp_foreach_non_finite_check_and_unscale_cuda_kernel",
-         "us_per_step": 42.0}]}}}  # fmt: skip
+TUTORIAL = _study(
+    {
+        "fp32": [22e3, 22.1e3, 21.9e3],
+        "autocast": [23e3, 23.2e3, 22.9e3],
+        "autocast_gradscaler": [20e3, 20.1e3, 19.9e3],
+    },
+    SAME_ACC,
+)
+PROJECT = _study(
+    {
+        "fp32": [52e3, 52.5e3, 51.8e3],
+        "autocast": [137e3, 136e3, 138e3],
+        "autocast_gradscaler": [121e3, 122e3, 120e3],
+    },
+    SAME_ACC,
+    batch=512,
+    loader="device",
+)
+BENCH = {
+    "hardware": "NVIDIA H200",
+    "batch": 128,
+    "rows": [
+        {
+            "measure": "ceiling",
+            "variant": "single-fp32",
+            "images_per_second": 52e3,
+            "ms_per_step": 2.46,
+            "x": 1,
+        },
+        {"measure": "ceiling", "variant": "single-autocast", "images_per_second": 137e3, "ms_per_step": 0.93},
+        {
+            "measure": "ceiling",
+            "variant": "single-autocast_gradscaler",
+            "images_per_second": 121e3,
+            "ms_per_step": 1.06,
+            "median_of_windows": True,
+        },
+        {
+            "measure": "dataloader (8 workers)",
+            "variant": "single-autocast_gradscaler",
+            "images_per_second": 22e3,
+            "ms_per_step": 5.8,
+        },
+    ],
+    "profiles": {
+        "single-autocast_gradscaler": {
+            "ms_per_step": 1.06,
+            "kernels": [
+                {
+                    "kernel": "void at::native::_amp_foreach_non_finite_check_and_unscale_cuda_kernel",
+                    "us_per_step": 42.0,
+                }
+            ],
+        }
+    },
+}
 
 
 def test_report_has_each_claim_and_a_verdict_of_the_fixed_form():
@@ -94,8 +147,11 @@ def test_bench_figures_cite_the_bench_run_or_say_they_are_untracked():
 
 def test_a_real_accuracy_difference_and_the_claim4_run():
     accs = dict(SAME_ACC, autocast=[0.80, 0.801, 0.799])
-    facts = {"devices_used": 2, "autocast_placement": "outside_forward",
-             "replica_dtypes": "cuda:0=float16,cuda:1=float16"}  # fmt: skip
+    facts = {
+        "devices_used": 2,
+        "autocast_placement": "outside_forward",
+        "replica_dtypes": "cuda:0=float16,cuda:1=float16",
+    }
     dp = _record("dp-autocast", [0.85, 0.86], [1e4, 1e4], **facts)
     project = {**_study({p: [5e4, 5.1e4, 4.9e4] for p in PRECISIONS}, accs), "dp-autocast": dp}
     text = findings.build(project, TUTORIAL, None, {})
@@ -112,8 +168,9 @@ def test_missing_inputs_say_how_to_make_them(tmp_path: Path):
         findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", None, tmp_path / "F.md", None)
     _write(tmp_path / "tutorial/reports", TUTORIAL)
     with pytest.raises(findings.FindingsError, match="ampbench bench"):
-        findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", tmp_path / "b.json",
-                      tmp_path / "F.md", None)  # fmt: skip
+        findings.main(
+            tmp_path / "reports", tmp_path / "tutorial/reports", tmp_path / "b.json", tmp_path / "F.md", None
+        )
 
 
 def test_readme_block_is_filled_from_the_verdicts(tmp_path: Path):
@@ -137,8 +194,11 @@ def test_findings_from_tiny_runs_in_both_conditions(project: Path):
     (tutorial / "data").symlink_to(project / "data")
     (tutorial / "dvc.yaml").symlink_to(project / "dvc.yaml")  # the store stays at the project root
     write_params(project, train=tiny)
-    write_params(tutorial, train={**tiny, "loader": "dataloader", "workers": 0, "cuda_graph": False},
-                 tracking={"experiment": "cifar10-amp-tutorial", "conditions": "tutorial"})  # fmt: skip
+    write_params(
+        tutorial,
+        train={**tiny, "loader": "dataloader", "workers": 0, "cuda_graph": False},
+        tracking={"experiment": "cifar10-amp-tutorial", "conditions": "tutorial"},
+    )
     env_uri = {"MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}"}
     for folder in (project, tutorial):
         for prec in PRECISIONS:

@@ -38,8 +38,7 @@ VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autoc
 
 
 def sh(cmd: list[str], cwd: Path, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=venv_env(**env), capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    proc = subprocess.run(cmd, cwd=cwd, env=venv_env(**env), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -79,8 +78,15 @@ def test_repro_tracks_every_seed_with_sectioned_metrics_datasets_and_evaluation(
         assert r.info.status == "FINISHED"
         # Every metric has a chart section, and the same names in every run.
         assert all("/" in key for key in r.data.metrics), sorted(r.data.metrics)
-        assert {"test/accuracy", "train/loss", "speed/images_per_second", "time/train_seconds",
-                "memory/peak_mb", "amp/grad_scale", "class_accuracy/cat"} <= set(r.data.metrics)  # fmt: skip
+        assert {
+            "test/accuracy",
+            "train/loss",
+            "speed/images_per_second",
+            "time/train_seconds",
+            "memory/peak_mb",
+            "amp/grad_scale",
+            "class_accuracy/cat",
+        } <= set(r.data.metrics)
         assert 0.0 <= r.data.metrics["test/accuracy"] <= 1.0
         inputs = {tuple(t.value for t in d.tags): d.dataset for d in r.inputs.dataset_inputs}
         assert set(inputs) == {("training",), ("evaluation",)}
@@ -108,8 +114,9 @@ def test_nine_variant_runs_carry_the_mean_and_spread_over_seeds(repro: Path, ser
         assert len(mine) == 2 and "mlflow.parentRunId" not in v.data.tags
         for key in ("test/accuracy", "speed/images_per_second", "time/train_seconds"):
             assert math.isclose(v.data.metrics[key], statistics.fmean(m[key] for m in mine), rel_tol=1e-9)
-            assert math.isclose(v.data.metrics[f"{key}_std"], statistics.stdev(m[key] for m in mine),
-                                abs_tol=1e-9)  # fmt: skip
+            assert math.isclose(
+                v.data.metrics[f"{key}_std"], statistics.stdev(m[key] for m in mine), abs_tol=1e-9
+            )
         assert "speed/speedup_vs_single_fp32" in v.data.metrics
         curve = mlflow_client(server.uri).get_metric_history(v.info.run_id, "train/loss")
         assert sorted(m.step for m in curve) == [1, 2]  # the mean per-epoch curve
@@ -133,12 +140,17 @@ print(json.dumps(float((np.argmax(scores, 1) == ds["test_labels"].numpy()).mean(
 def test_logged_model_reproduces_the_evaluation_in_a_fresh_process(repro: Path, server, variant):
     c = mlflow_client(server.uri)
     for seed in _metrics_file(repro, variant)["seeds"]:
-        models = c.search_logged_models([c.get_run(seed["run_id"]).info.experiment_id],
-                                        filter_string=f"source_run_id = '{seed['run_id']}'")  # fmt: skip
+        models = c.search_logged_models(
+            [c.get_run(seed["run_id"]).info.experiment_id],
+            filter_string=f"source_run_id = '{seed['run_id']}'",
+        )
         assert len(models) == 1, f"{variant} seed {seed['seed']}: {len(models)} logged models"
         uri = f"models:/{models[0].model_id}"
-        out = sh([sys.executable, "-c", PREDICT, uri, str(repro / "data" / "prepared" / "cifar10.pt")],
-                 repro, MLFLOW_TRACKING_URI=server.uri)  # fmt: skip
+        out = sh(
+            [sys.executable, "-c", PREDICT, uri, str(repro / "data" / "prepared" / "cifar10.pt")],
+            repro,
+            MLFLOW_TRACKING_URI=server.uri,
+        )
         assert json.loads(out.stdout.strip().splitlines()[-1]) == seed["test_accuracy"]
 
 
@@ -149,8 +161,9 @@ def test_dvc_metrics_show_lists_all_nine_and_the_summary(repro: Path):
     assert listed == {*VARIANTS, "summary"}
     summary = json.loads((repro / "reports" / "summary.json").read_text())
     assert set(summary) == set(VARIANTS)
-    assert all(set(v) == {"test_accuracy", "images_per_second", "train_seconds", "speedup"}
-               for v in summary.values())  # fmt: skip
+    assert all(
+        set(v) == {"test_accuracy", "images_per_second", "train_seconds", "speedup"} for v in summary.values()
+    )
 
 
 def test_comparison_equals_the_runs_it_summarizes(repro: Path, server):
@@ -159,8 +172,12 @@ def test_comparison_equals_the_runs_it_summarizes(repro: Path, server):
     assert set(rows) == set(VARIANTS)
     assert (repro / "reports" / "comparison.png").stat().st_size > 10_000
     seeds = runs(server.uri, kind="seed")
-    names = {"test_accuracy": "test/accuracy", "train_seconds": "time/train_seconds",
-             "images_per_second": "speed/images_per_second", "peak_memory_mb": "memory/peak_mb"}  # fmt: skip
+    names = {
+        "test_accuracy": "test/accuracy",
+        "train_seconds": "time/train_seconds",
+        "images_per_second": "speed/images_per_second",
+        "peak_memory_mb": "memory/peak_mb",
+    }
     for variant, row in rows.items():
         mine = [r.data.metrics for r in seeds if r.info.run_name.startswith(f"{variant}/")]
         for key, name in names.items():
@@ -202,8 +219,19 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
     """`mlflow run . -P precision=autocast ...` typed as the README says (no --experiment-name, no
     environment variable) against a store that already holds a (one-variant) study."""
     proj = tmp_path / "proj"
-    skip = (".venv", ".git", "data", "models", "reports", "checkpoints", "mlflow.db", "mlruns", ".whl",
-            ".mirror", ".device*")  # fmt: skip
+    skip = (
+        ".venv",
+        ".git",
+        "data",
+        "models",
+        "reports",
+        "checkpoints",
+        "mlflow.db",
+        "mlruns",
+        ".whl",
+        ".mirror",
+        ".device*",
+    )
     shutil.copytree(REPO, proj, ignore=shutil.ignore_patterns(*skip))
     write_params(proj)
     archive = image_folder_archive(tmp_path)
@@ -221,8 +249,12 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
     assert "cifar10-amp" in launcher.data.tags["mlflow.note.content"]
 
     study = {r.info.run_name: r for r in runs(proj)}
-    assert set(study) == {"single-fp32", "single-fp32/seed-0", "single-autocast (mlflow run)",
-                          "single-autocast/seed-0"}  # fmt: skip
+    assert set(study) == {
+        "single-fp32",
+        "single-fp32/seed-0",
+        "single-autocast (mlflow run)",
+        "single-autocast/seed-0",
+    }
     variant = study["single-autocast (mlflow run)"]
     assert launcher.data.tags["ampbench.variant_run_id"] == variant.info.run_id
     assert variant.data.tags["ampbench.launcher_run_id"] == launcher.info.run_id

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import estimate, progress
 from ampbench.config import PARALLELS, PRECISIONS, Config, replace
+from ampbench.training import estimate, progress
 from conftest import clean_env, make_dataset, run_cli, write_params
 
 ESTIMATE = re.compile(r"Expected time of this stage \(.*?\): (.+?) in all, (.+?) left")
@@ -36,7 +36,7 @@ def test_fmt_duration():
 @pytest.mark.slow
 def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path):
     """A short CPU schedule: the estimate logged after the first timed steps vs the stage's wall time."""
-    from ampbench import data
+    from ampbench.data import prepared
 
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -44,7 +44,7 @@ def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path)
     write_params(proj, model={"fc_dim": 256}, train={"epochs": 2, "batch_size": 20, "seeds": [0, 1]})
     # 40 steps per epoch: the timing window (2 warm-up steps, >= 1 s) ends inside the first epoch.
     dataset = make_dataset(n_train_per_class=80, n_test_per_class=20)
-    data.save_dataset(dataset, proj / "data" / "prepared" / "cifar10.pt")
+    prepared.save_dataset(dataset, proj / "data" / "prepared" / "cifar10.pt")
     start = time.perf_counter()
     proc = run_cli(proj, "train", "--parallel", "single", "--precision", "fp32", env=clean_env())
     real = time.perf_counter() - start
@@ -60,10 +60,19 @@ def test_stage_estimate_from_the_timed_steps(tmp_path: Path):
     cfg = _cfg(seeds=(0, 1), eval_each_epoch=False)
     spe, n_test, pause = 10, 20, 0.02
     stage = progress.StageProgress(
-        cfg, "single-fp32", spe, n_test, "cpu", enabled=False, warmup_steps=2, min_timed_s=0.0,
-        min_timed_steps=3, models_dir=tmp_path / "models", work_dir=tmp_path / "work",
+        cfg,
+        "single-fp32",
+        spe,
+        n_test,
+        "cpu",
+        enabled=False,
+        warmup_steps=2,
+        min_timed_s=0.0,
+        min_timed_steps=3,
+        models_dir=tmp_path / "models",
+        work_dir=tmp_path / "work",
         params_file=tmp_path / "params.yaml",
-    )  # fmt: skip
+    )
     stage.start_seed(0)
     for _ in range(5):
         assert stage.estimate is None  # 2 warm-up steps, then 3 timed ones
@@ -81,8 +90,12 @@ def test_stage_estimate_from_the_timed_steps(tmp_path: Path):
 
 
 def _cfg(**train) -> Config:
-    return replace(Config(), model={"fc_dim": 32}, train={"epochs": 4, "batch_size": 10, **train},
-                   data={"train_per_class": 10, "test_per_class": 2})  # fmt: skip
+    return replace(
+        Config(),
+        model={"fc_dim": 32},
+        train={"epochs": 4, "batch_size": 10, **train},
+        data={"train_per_class": 10, "test_per_class": 2},
+    )
 
 
 def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):

@@ -33,7 +33,10 @@ import pytest
 import torch
 import yaml
 
-from ampbench import checkpoint, config, engine, launch, loop, parallel, precision
+from ampbench import config
+from ampbench.checkpoints import files
+from ampbench.stages import launch
+from ampbench.training import loop, parallel, precision
 from conftest import (
     LONG_EPOCHS,
     REPO,
@@ -80,7 +83,7 @@ if os.environ.get("RANK") in os.environ.get("AMPBENCH_TEST_NO_MLFLOW", "").split
 
 _spec = os.environ.get("AMPBENCH_TEST_FAULT", "")
 if _spec and os.environ.get("RANK", "0") == _spec.split(":")[0]:
-    from ampbench import step
+    from ampbench.training import step
 
     _at, _step = int(_spec.split(":")[1]), step.Step.__call__
 
@@ -182,8 +185,9 @@ def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, proc
     proj = long_project(tmp_path / "proj", epochs=4)
     train_outs = yaml.safe_load((proj / "dvc.yaml").read_text())["stages"]["train"]["outs"]
     assert "persist" not in json.dumps(train_outs), train_outs  # resume must not depend on it
-    shutil.copytree(REPO / "src" / "ampbench", proj / "src" / "ampbench",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip  # the stage's deps
+    shutil.copytree(
+        REPO / "src" / "ampbench", proj / "src" / "ampbench", ignore=shutil.ignore_patterns("__pycache__")
+    )  # the stage's deps
     dvc = [str(VENV_BIN / "dvc")]
     subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=proj, env=venv_env(), check=True, timeout=120)
     repro = [*dvc, "repro", "--single-item", "train@single-fp32"]
@@ -198,8 +202,14 @@ def test_dvc_repro_resumes_after_kill_and_reruns_only_when_forced(tmp_path, proc
     assert not (proj / SEED0 / "model.pt").exists()
 
     def dvc_repro(*extra: str) -> str:
-        out = subprocess.run([*repro[:2], *extra, *repro[2:]], cwd=proj, env=venv_env(), capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+        out = subprocess.run(
+            [*repro[:2], *extra, *repro[2:]],
+            cwd=proj,
+            env=venv_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout + out.stderr
 
@@ -241,27 +251,27 @@ def _half_then(exc: BaseException):
 )
 def test_interrupted_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkeypatch, exc):
     path = tmp_path / "checkpoint.pt"
-    checkpoint.save({"epoch": 1, "w": torch.ones(1000)}, path)
+    files.save({"epoch": 1, "w": torch.ones(1000)}, path)
     before = path.read_bytes()
     monkeypatch.setattr(torch, "save", _half_then(exc))
-    with pytest.raises(checkpoint.CheckpointError if isinstance(exc, OSError) else type(exc)):
-        checkpoint.save({"epoch": 2, "w": torch.zeros(1000)}, path)
+    with pytest.raises(files.CheckpointError if isinstance(exc, OSError) else type(exc)):
+        files.save({"epoch": 2, "w": torch.zeros(1000)}, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["checkpoint.pt"]  # no temp file left behind
-    assert checkpoint.load(path)["epoch"] == 1
+    assert files.load(path)["epoch"] == 1
 
 
 def test_failed_fsync_keeps_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
-    checkpoint.save({"epoch": 1}, path)
+    files.save({"epoch": 1}, path)
     before = path.read_bytes()
 
     def fsync(fd):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(checkpoint.CheckpointError, match="Input/output error"):
-        checkpoint.save({"epoch": 2}, path)
+    with pytest.raises(files.CheckpointError, match="Input/output error"):
+        files.save({"epoch": 2}, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["checkpoint.pt"]
 
@@ -269,20 +279,20 @@ def test_failed_fsync_keeps_previous_checkpoint(tmp_path, monkeypatch):
 @pytest.mark.parametrize("how", ["enospc-raised", "dev-full"])
 def test_full_disk_is_a_clear_checkpoint_error(tmp_path, monkeypatch, how):
     path = tmp_path / "checkpoint.pt"
-    checkpoint.save({"epoch": 1}, path)
+    files.save({"epoch": 1}, path)
     before = path.read_bytes()
     if how == "dev-full":  # the kernel's own ENOSPC: every write to /dev/full fails
         if not Path("/dev/full").exists():
             pytest.fail("/dev/full is missing (Linux only)")
 
         def dev_full(path, mode):
-            return builtins.open("/dev/full", mode)  # noqa: SIM115 (checkpoint.save closes it)
+            return builtins.open("/dev/full", mode)  # noqa: SIM115 (files.save closes it)
 
-        monkeypatch.setattr(checkpoint, "open", dev_full, raising=False)
+        monkeypatch.setattr(files, "open", dev_full, raising=False)
     else:
         monkeypatch.setattr(torch, "save", _half_then(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
-    with pytest.raises(checkpoint.CheckpointError, match="disk full") as err:
-        checkpoint.save({"epoch": 2, "w": torch.zeros(100_000)}, path)
+    with pytest.raises(files.CheckpointError, match="disk full") as err:
+        files.save({"epoch": 2, "w": torch.zeros(100_000)}, path)
     assert str(path) in str(err.value)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["checkpoint.pt"]
@@ -442,7 +452,7 @@ def test_launcher_restores_its_signal_handlers_and_fails_runs_on_any_agent_error
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
     """If rank 0 itself dies (kill -9, OOM killer) nobody ends its run: the launcher does."""
-    from ampbench.tracking import Tracker
+    from ampbench.tracking.tracker import Tracker
 
     monkeypatch.chdir(project)
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "DVC_"))]:
@@ -476,7 +486,7 @@ rank, port, timeout = sys.argv[1:]
 os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 import torch
-from ampbench import parallel
+from ampbench.training import parallel
 
 ddp = parallel.Distributed(collective_timeout_s=float(timeout))
 ddp.setup()
@@ -499,8 +509,14 @@ def test_hung_collective_times_out(tmp_path, procs):
     env = venv_env()
     cmd = [sys.executable, "hang.py", "1", port, str(timeout)]
     peer = procs.start(tmp_path, name="rank1", env=env, cmd=cmd)
-    rank0 = subprocess.run([sys.executable, "hang.py", "0", port, str(timeout)], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    rank0 = subprocess.run(
+        [sys.executable, "hang.py", "0", port, str(timeout)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert peer.poll() is None  # rank 1 was alive all along: a hang, not a crash
     out = rank0.stdout + rank0.stderr
     assert "RAISED after" in out, out
@@ -527,14 +543,18 @@ def one_thread():
 
 
 def _train_in_process(tmp_path: Path, precision_name: str, **train) -> tuple[dict, list[dict]]:
-    """engine.train_seed directly (no MLflow): 60 images, batch 20, 3 steps per epoch."""
+    """trainer.train_seed directly (no MLflow): 60 images, batch 20, 3 steps per epoch."""
     cfg = config.load_config(REPO / "params.yaml")
-    cfg = config.replace(cfg, model={"fc_dim": 32}, train={"epochs": 3, "batch_size": 20, "seeds": (0,),
-                         "checkpoint_every_s": 0.0, "lr": 0.05, **train})  # fmt: skip
+    cfg = config.replace(
+        cfg,
+        model={"fc_dim": 32},
+        train={"epochs": 3, "batch_size": 20, "seeds": (0,), "checkpoint_every_s": 0.0, "lr": 0.05, **train},
+    )
     strategy = parallel.Single()
     strategy.setup()
-    job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, make_dataset(), 0,
-                     tmp_path / "checkpoint.pt")  # fmt: skip
+    job = loop.Job(
+        cfg, precision.PRECISIONS[precision_name], strategy, make_dataset(), 0, tmp_path / "checkpoint.pt"
+    )
     hooks = _Recorder()
     out = loop.train_seed(job, hooks)
     return out["result"], hooks.metrics
@@ -562,8 +582,16 @@ def test_gradscaler_scale_below_floor_is_divergence(tmp_path, one_thread):
 
 @pytest.mark.slow
 def test_gradscaler_skipped_steps_are_logged(project):
-    run_cli(project, "train", "--parallel", "single", "--precision", "autocast_gradscaler",
-            "--set", "train.lr=1e30")  # fmt: skip
+    run_cli(
+        project,
+        "train",
+        "--parallel",
+        "single",
+        "--precision",
+        "autocast_gradscaler",
+        "--set",
+        "train.lr=1e30",
+    )
     (run,) = runs(project, kind="seed")
     assert run.info.status == "FINISHED"
     assert run.data.params["grad_scaler_used"] == "True"
@@ -619,14 +647,14 @@ class _Payload:
 def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kind):
     marker = tmp_path / "code-ran"
     model_pt = _unsafe_model_pt(project, marker, kind)
-    with pytest.raises(checkpoint.CheckpointError, match="not a readable plain-weights checkpoint"):
-        checkpoint.load(model_pt)
+    with pytest.raises(files.CheckpointError, match="not a readable plain-weights checkpoint"):
+        files.load(model_pt)
     assert not marker.exists()
 
 
 @pytest.mark.slow
 def test_evaluate_stage_refuses_a_model_that_is_not_plain_weights(project, tmp_path):
-    """The evaluate stage goes through the same checkpoint.load: one end-to-end run is enough."""
+    """The evaluate stage goes through the same files.load: one end-to-end run is enough."""
     marker = tmp_path / "code-ran"
     _unsafe_model_pt(project, marker, "object")
     proc = run_cli(project, "evaluate", "--parallel", "single", "--precision", "fp32", check=False)
@@ -648,43 +676,51 @@ def _fake_model(
     project: Path, variant: str, seed: int, run_id: str = "0" * 32, weights_fc_dim: int = 32
 ) -> dict:
     """A model.pt as training writes it (no training needed), weights from an AlexNet of `weights_fc_dim`."""
-    from ampbench.evaluate import TRAIN_KEYS
-    from ampbench.model import AlexNet
+    from ampbench.stages.evaluate import TRAIN_KEYS
+    from ampbench.training.model import AlexNet
 
     cfg = config.load_config(project / "params.yaml")
     net = AlexNet(config.replace(cfg, model={"fc_dim": weights_fc_dim}).model, 10)
-    return {"state_dict": net.state_dict(), "config": dataclasses.asdict(cfg), "variant": variant,
-            "seed": seed, "run_id": run_id, "classes": list(make_dataset()["classes"]),
-            "result": dict.fromkeys(TRAIN_KEYS), "history": [{"epoch": 1}]}  # fmt: skip
+    return {
+        "state_dict": net.state_dict(),
+        "config": dataclasses.asdict(cfg),
+        "variant": variant,
+        "seed": seed,
+        "run_id": run_id,
+        "classes": list(make_dataset()["classes"]),
+        "result": dict.fromkeys(TRAIN_KEYS),
+        "history": [{"epoch": 1}],
+    }
 
 
 def _evaluate(project: Path, variant: str, tracker=None) -> dict:
-    from ampbench import data, evaluate
+    from ampbench.data import prepared
+    from ampbench.stages import evaluate
 
-    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    dataset = prepared.load_dataset(project / "data" / "prepared" / "cifar10.pt")
     return evaluate.evaluate_variant(variant, (0,), project / "models", dataset, project / "reports", tracker)
 
 
 @pytest.mark.parametrize(("variant", "seed"), [("single-autocast", 0), ("single-fp32", 1)])
 def test_model_of_another_variant_or_seed_is_refused(project, variant, seed):
     """A model.pt copied into another variant's (or seed's) folder must not be scored as that one."""
-    from ampbench.evaluate import ModelFileError
+    from ampbench.stages.evaluate import ModelFileError
 
-    checkpoint.save(_fake_model(project, variant, seed), project / SEED0 / "model.pt")
+    files.save(_fake_model(project, variant, seed), project / SEED0 / "model.pt")
     with pytest.raises(ModelFileError) as err:
         _evaluate(project, "single-fp32")
     message = str(err.value)
     assert f"{variant!r} seed {seed}" in message and "'single-fp32' seed 0" in message, message
     assert str(project / SEED0 / "model.pt") in message
     assert not (project / "reports" / "metrics").exists()
-    checkpoint.save(_fake_model(project, "single-fp32", 0), project / SEED0 / "model.pt")
+    files.save(_fake_model(project, "single-fp32", 0), project / SEED0 / "model.pt")
     assert _evaluate(project, "single-fp32")["seeds"][0]["run_id"] == "0" * 32  # the right file passes
 
 
 def test_model_whose_weights_do_not_match_its_config_is_refused(project):
-    from ampbench.evaluate import ModelFileError
+    from ampbench.stages.evaluate import ModelFileError
 
-    checkpoint.save(_fake_model(project, "single-fp32", 0, weights_fc_dim=16), project / SEED0 / "model.pt")
+    files.save(_fake_model(project, "single-fp32", 0, weights_fc_dim=16), project / SEED0 / "model.pt")
     with pytest.raises(ModelFileError) as err:
         _evaluate(project, "single-fp32")
     message = str(err.value)
@@ -693,13 +729,13 @@ def test_model_whose_weights_do_not_match_its_config_is_refused(project):
 
 
 def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
-    from ampbench.evaluate import ModelFileError
-    from ampbench.tracking import Tracker
+    from ampbench.stages.evaluate import ModelFileError
+    from ampbench.tracking.tracker import Tracker
 
     uri = f"sqlite:///{project / 'other.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     run_id = "f" * 32
-    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    files.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
     with pytest.raises(ModelFileError) as err:
         _evaluate(project, "single-fp32", Tracker("cifar10-amp"))
     message = str(err.value)
@@ -710,17 +746,19 @@ def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
 def test_evaluate_logs_each_model_as_a_reference_with_its_scores(project, monkeypatch):
     """tracking.log_model: reference (the default): one external MLflow model per seed, pointing at
     the model file, the seed's test scores linked to it, and no copy of the weights in the store."""
-    from ampbench import data, evaluate
-    from ampbench.tracking import Tracker
+    from ampbench.data import prepared
+    from ampbench.stages import evaluate
+    from ampbench.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     monkeypatch.chdir(project)
     tracker = Tracker("cifar10-amp")
     run_id = tracker.start("single-fp32/seed-0", {"ampbench.kind": "seed"})
-    checkpoint.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
-    dataset = data.load_dataset(project / "data" / "prepared" / "cifar10.pt")
-    summary = evaluate.evaluate_variant("single-fp32", (0,), project / "models", dataset, project / "reports",
-                                        tracker, log_model="reference")  # fmt: skip
+    files.save(_fake_model(project, "single-fp32", 0, run_id=run_id), project / SEED0 / "model.pt")
+    dataset = prepared.load_dataset(project / "data" / "prepared" / "cifar10.pt")
+    summary = evaluate.evaluate_variant(
+        "single-fp32", (0,), project / "models", dataset, project / "reports", tracker, log_model="reference"
+    )
     models = tracker.client.search_logged_models([tracker.experiment_id()])
     assert [(m.name, m.source_run_id) for m in models] == [("single-fp32-seed-0", run_id)]
     model = models[0]
@@ -791,8 +829,12 @@ def test_bytecode_caches_are_not_part_of_the_code_dependency(tmp_path):
     shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
     dvc = str(VENV_BIN / "dvc")
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, env=venv_env(), check=True, timeout=120)
-    check = [str(VENV_BIN / "dvc"), "check-ignore", "src/ampbench/__pycache__/cli.cpython-311.pyc",
-             "src/ampbench/cli.py"]  # fmt: skip
+    check = [
+        str(VENV_BIN / "dvc"),
+        "check-ignore",
+        "src/ampbench/__pycache__/cli.cpython-311.pyc",
+        "src/ampbench/cli.py",
+    ]
     out = subprocess.run(check, cwd=tmp_path, env=venv_env(), capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["src/ampbench/__pycache__/cli.cpython-311.pyc"], out.stdout + out.stderr
 
@@ -805,8 +847,9 @@ def _no_side_effects(project: Path) -> None:
 
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
 def test_bad_params_are_all_reported_in_one_message_before_anything_runs(project):
-    write_params(project, data={"url": 42}, train={"epochs": -1, "batch_size": 0, "bogus": 1},
-                 nosuch={"key": 1})  # fmt: skip
+    write_params(
+        project, data={"url": 42}, train={"epochs": -1, "batch_size": 0, "bogus": 1}, nosuch={"key": 1}
+    )
     proc = run_cli(project, *SINGLE, "--set", "train.lr=fast", check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("invalid configuration") == 1
@@ -867,13 +910,19 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
 def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
     """`dvc queue start -j 2` or two terminals: both first runs migrating a new sqlite store raced."""
     project = new_project(tmp_path / "p")
-    started = [procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
-               for p in ("fp32", "autocast")]  # fmt: skip
+    started = [
+        procs.start(project, "train", "--parallel", "single", "--precision", p, name=p)
+        for p in ("fp32", "autocast")
+    ]
     for proc, name in zip(started, ("fp32", "autocast")):
         assert _wait(proc, 240, project / f"{name}.log") == 0, _log(project, name)
     finished = [r for r in runs(project) if r.info.status == "FINISHED"]
-    assert sorted(r.info.run_name for r in finished) == ["single-autocast", "single-autocast/seed-0",
-                                                         "single-fp32", "single-fp32/seed-0"]  # fmt: skip
+    assert sorted(r.info.run_name for r in finished) == [
+        "single-autocast",
+        "single-autocast/seed-0",
+        "single-fp32",
+        "single-fp32/seed-0",
+    ]
     run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
     assert len(runs(project, kind="seed")) == 3
 
@@ -884,15 +933,31 @@ def test_installed_packages_have_no_known_vulnerabilities(tmp_path):
     """pip-audit of the installed environment against PyPI's vulnerability data (needs pypi.org)."""
     report = tmp_path / "audit.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip_audit", "--local", "--skip-editable", "--progress-spinner", "off",
-         "--format", "json", "--output", str(report)],
-        capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip_audit",
+            "--local",
+            "--skip-editable",
+            "--progress-spinner",
+            "off",
+            "--format",
+            "json",
+            "--output",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     if not report.exists():
         pytest.fail(f"pip-audit produced no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     deps = json.loads(report.read_text())["dependencies"]
-    vulns = [f"{d['name']} {d['version']}: {v['id']} (fixed in: {', '.join(v['fix_versions']) or '-'})"
-             for d in deps for v in d.get("vulns", [])]  # fmt: skip
+    vulns = [
+        f"{d['name']} {d['version']}: {v['id']} (fixed in: {', '.join(v['fix_versions']) or '-'})"
+        for d in deps
+        for v in d.get("vulns", [])
+    ]
     deps = [d for d in deps if "editable" not in d.get("skip_reason", "")]  # ampbench itself
     skipped = [f"{d['name']}: {d['skip_reason']}" for d in deps if d.get("skip_reason")]
     if deps and len(skipped) == len(deps) and not vulns:
@@ -918,6 +983,6 @@ def test_stale_temp_file_of_a_killed_writer_is_removed(tmp_path):
     path = tmp_path / "checkpoint.pt"
     stale = tmp_path / ".checkpoint.pt.tmp-99999"
     stale.write_bytes(b"half a checkpoint")
-    checkpoint.save({"epoch": 1}, path)
+    files.save({"epoch": 1}, path)
     assert not stale.exists()
-    assert checkpoint.load(path) == {"epoch": 1}
+    assert files.load(path) == {"epoch": 1}

@@ -47,15 +47,24 @@ def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 24
 
 def _git_dvc_project(proj: Path) -> None:
     """A committed git + DVC project: `dvc exp run` needs a commit to start from."""
-    shutil.copytree(REPO / "src" / "ampbench", proj / "src" / "ampbench",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip  # the stages' deps
+    shutil.copytree(
+        REPO / "src" / "ampbench", proj / "src" / "ampbench", ignore=shutil.ignore_patterns("__pycache__")
+    )  # the stages' deps
     (proj / ".gitignore").write_text(
         "/data/prepared/\n/models/\n/checkpoints/\n/mlflow.db\n/mlruns/\n*.log\n"
     )
-    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
-    for cmd in (["git", "init", "-q"], [str(VENV_BIN / "dvc"), "init", "-q"], ["git", "add", "-A"],
-                ["git", "commit", "-qm", "project"]):  # fmt: skip
+    git = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for cmd in (
+        ["git", "init", "-q"],
+        [str(VENV_BIN / "dvc"), "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-qm", "project"],
+    ):
         subprocess.run(cmd, cwd=proj, env=venv_env(**git), check=True, timeout=120, capture_output=True)
 
 
@@ -94,8 +103,14 @@ def test_finished_seed_is_not_retrained_after_a_later_seed_is_killed(tmp_path, p
     proc.wait(30)
     seed0 = load_pt(proj / WORK / "seed-0" / "model.pt")
 
-    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=venv_env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE],
+        cwd=proj,
+        env=venv_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "seed 0: already trained in this stage" in done.stderr
     seeds = {r.info.run_name: r for r in runs(proj, kind="seed")}
@@ -116,8 +131,14 @@ def test_kill_before_the_first_checkpoint_reuses_the_run(tmp_path, procs):
     (first,) = runs(proj, kind="seed")
     assert first.info.status == "RUNNING"
 
-    done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=venv_env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE],
+        cwd=proj,
+        env=venv_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     seed_runs = [(r.info.run_id, r.info.status) for r in runs(proj, kind="seed")]
     assert seed_runs == [(first.info.run_id, "FINISHED")]
@@ -144,8 +165,14 @@ def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):
         assert len(kept["history"]) == 4 and kept["pending_metrics"]
 
         server.start()
-        done = subprocess.run([str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE], cwd=proj, env=env,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        done = subprocess.run(
+            [str(VENV_BIN / "python"), "-m", "ampbench", *SINGLE],
+            cwd=proj,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr
         client = mlflow_client(tmp_path)  # the server's own sqlite store
         assert client.get_run(saved["run_id"]).info.status == "FINISHED"
@@ -158,7 +185,7 @@ def test_tracking_server_dying_mid_training_loses_no_epoch(tmp_path, procs):
 
 def test_dataset_input_race_is_retried_and_never_fails_training(tmp_path, monkeypatch, caplog):
     """Two stages registering the same dataset at once: sqlite's unique row makes one insert fail."""
-    from ampbench.tracking import Tracker
+    from ampbench.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker("race")

@@ -4,7 +4,7 @@ divergence as a result, and configuration errors.
 End-to-end tests run `python -m ampbench train` as a subprocess in a throwaway project (tiny data,
 tiny model) and read back what it wrote: ``model.pt`` and the MLflow runs (a variant run named
 ``<variant>`` with one nested seed run ``<variant>/seed-<s>`` per seed). The equivalence and dtype
-tests call ampbench's own pieces in-process (``engine.setup``/``engine.make_step``, the loaders' per-rank
+tests call ampbench's own pieces in-process (``trainer.setup``/``trainer.make_step``, the loaders' per-rank
 slicing, ``parallel.Distributed`` over gloo, ``Precision.apply``).
 """
 
@@ -20,30 +20,58 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench import config, engine, loader, loop, parallel, precision
+from ampbench import config
 from ampbench.config import PARALLELS, PRECISIONS
+from ampbench.training import build, loader, loop, parallel, precision
 from conftest import clean_env, free_port, make_dataset, mlflow_client, new_project, run_cli, runs
 
 EPOCHS = 3  # the variant matrix trains 3 epochs: one value per epoch is then distinguishable
 BATCH = 20  # TINY's global batch (conftest); 60 train images -> 3 steps per epoch
 PER_EPOCH = ("train_loss", "train_accuracy", "test_accuracy", "epoch_seconds", "grad_scale", "skipped_steps")
 SUMMARY = ("train_seconds", "peak_memory_mb", "first_epoch_seconds")
-REQUIRED_PARAMS = ("train.batch_size", "variant", "amp_dtype", "world_size", "devices_used",
-                   "device_name", "torch_version", "tf32_matmul", "tf32_cudnn", "git_commit",
-                   "per_process_batch")  # fmt: skip
-MODEL_PT_KEYS = {"state_dict", "config", "run_id", "variant_run_id", "config_digest", "result", "history",
-                 "pending_metrics"}  # fmt: skip
+REQUIRED_PARAMS = (
+    "train.batch_size",
+    "variant",
+    "amp_dtype",
+    "world_size",
+    "devices_used",
+    "device_name",
+    "torch_version",
+    "tf32_matmul",
+    "tf32_cudnn",
+    "git_commit",
+    "per_process_batch",
+)
+MODEL_PT_KEYS = {
+    "state_dict",
+    "config",
+    "run_id",
+    "variant_run_id",
+    "config_digest",
+    "result",
+    "history",
+    "pending_metrics",
+}
 # Flat keys (model.pt, DVC metrics) -> the sectioned names MLflow shows them under.
 MLFLOW_NAME = {
-    "train_loss": "train/loss", "train_accuracy": "train/accuracy", "test_accuracy": "test/accuracy",
-    "epoch_seconds": "time/epoch_seconds", "epoch_images_per_second": "speed/epoch_images_per_second",
-    "lr": "train/lr", "grad_scale": "amp/grad_scale", "skipped_steps": "amp/skipped_steps",
-    "nonfinite_losses": "amp/nonfinite_losses", "train_seconds": "time/train_seconds",
-    "first_epoch_seconds": "time/first_epoch_seconds", "images_per_second": "speed/images_per_second",
-    "peak_memory_mb": "memory/peak_mb", "epochs_completed": "train/epochs_completed",
-    "diverged": "train/diverged", "diverged_epoch": "train/diverged_epoch",
+    "train_loss": "train/loss",
+    "train_accuracy": "train/accuracy",
+    "test_accuracy": "test/accuracy",
+    "epoch_seconds": "time/epoch_seconds",
+    "epoch_images_per_second": "speed/epoch_images_per_second",
+    "lr": "train/lr",
+    "grad_scale": "amp/grad_scale",
+    "skipped_steps": "amp/skipped_steps",
+    "nonfinite_losses": "amp/nonfinite_losses",
+    "train_seconds": "time/train_seconds",
+    "first_epoch_seconds": "time/first_epoch_seconds",
+    "images_per_second": "speed/images_per_second",
+    "peak_memory_mb": "memory/peak_mb",
+    "epochs_completed": "train/epochs_completed",
+    "diverged": "train/diverged",
+    "diverged_epoch": "train/diverged_epoch",
     "diverged_step": "train/diverged_step",
-}  # fmt: skip
+}
 KIND = "ampbench.kind"  # variant | seed | compare
 
 
@@ -91,8 +119,15 @@ def _history(project: Path, run_id: str, key: str) -> dict[int, float]:
 
 def _tiny_cfg(**train) -> config.Config:
     model = {"fc_dim": 32, "batch_norm": False, "dropout": 0.0}
-    base = {"epochs": 2, "batch_size": BATCH, "lr": 0.05, "seeds": (0,), "workers": 0, "cuda_graph": False,
-            "collective_timeout_s": 60.0}  # fmt: skip
+    base = {
+        "epochs": 2,
+        "batch_size": BATCH,
+        "lr": 0.05,
+        "seeds": (0,),
+        "workers": 0,
+        "cuda_graph": False,
+        "collective_timeout_s": 60.0,
+    }
     return config.replace(config.Config(), model=model, train={**base, **train})
 
 
@@ -197,8 +232,11 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     else:
         assert all(grad_scale[e] == 1.0 for e in epochs), grad_scale
         assert all(skipped[e] == 0 for e in epochs), skipped
-    assert all(0 <= v <= 1 for k in ("train_accuracy", "test_accuracy")
-               for v in _history(project, run.info.run_id, k).values())  # fmt: skip
+    assert all(
+        0 <= v <= 1
+        for k in ("train_accuracy", "test_accuracy")
+        for v in _history(project, run.info.run_id, k).values()
+    )
 
     # summary metrics: logged once, equal to model.pt's result
     assert ips[EPOCHS] == pytest.approx(result["images_per_second"])
@@ -228,12 +266,12 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
     """A few real training steps with ampbench's own setup, loader slicing and Step."""
     t, seed = cfg.train, cfg.train.seeds[0]
     dataset = make_dataset()
-    torch.manual_seed(seed)  # identical initial weights in every process, as in engine.train_seed
+    torch.manual_seed(seed)  # identical initial weights in every process, as in trainer.train_seed
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, seed, t.workers)
     prec = precision.PRECISIONS["fp32"]
-    trainer = engine.setup(cfg, prec, strategy, 10, t.epochs * len(batches))
+    trainer = build.setup(cfg, prec, strategy, 10, t.epochs * len(batches))
     initial = {k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()}
-    step = engine.make_step(trainer, cfg, strategy)
+    step = build.make_step(trainer, cfg, strategy)
     trainer.model.train()
     for epoch in range(t.epochs):
         for images, labels in batches.epoch(epoch):
@@ -241,8 +279,13 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
             step(images, labels)
             trainer.sched.step()
     totals = step.stats.totals(strategy)
-    return {"initial": initial, "final": trainer.raw_model.state_dict(), "stats": dataclasses.asdict(totals),
-            "wrapper": type(trainer.model).__name__, "steps": t.epochs * len(batches)}  # fmt: skip
+    return {
+        "initial": initial,
+        "final": trainer.raw_model.state_dict(),
+        "stats": dataclasses.asdict(totals),
+        "wrapper": type(trainer.model).__name__,
+        "steps": t.epochs * len(batches),
+    }
 
 
 def _ddp_rank(rank: int, world: int, port: int, cfg: config.Config, out_dir: str) -> None:
@@ -329,7 +372,7 @@ def _record_dtypes(model: nn.Module) -> list:
 def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
     cpu = torch.device("cpu")
     cfg = _tiny_cfg()
-    model = engine.build_model(cfg, 10, cpu)
+    model = build.build_model(cfg, 10, cpu)
     _, facts = precision.PRECISIONS[precision_name].apply(model, cpu)
     assert facts["amp_dtype"] == str(expected).removeprefix("torch.")
     seen = _record_dtypes(model)
@@ -362,7 +405,7 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     cfg = _tiny_cfg()
     strategy = parallel.DataParallel(cfg.train.collective_timeout_s)
     device = strategy.setup()
-    raw = engine.build_model(cfg, 10, device)
+    raw = build.build_model(cfg, 10, device)
     # bfloat16, not autocast's default float16: a replica that lost the dtype would show float16.
     precision.PRECISIONS["autocast_bf16"].apply(raw, device)
     model = strategy.wrap(raw)
@@ -418,8 +461,14 @@ def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
     # GradScaler skips every step once the weights blew up, so this is not `diverged` (the scale
     # is still above train.scale_floor), but the epoch has no finite loss to average.
     cfg = _tiny_cfg(epochs=2, lr=1.0e6, checkpoint_every_s=60.0)
-    job = engine.Job(cfg, precision.PRECISIONS["autocast_gradscaler"], parallel.Single(), make_dataset(),
-                     0, tmp_path / "checkpoint.pt")  # fmt: skip
+    job = loop.Job(
+        cfg,
+        precision.PRECISIONS["autocast_gradscaler"],
+        parallel.Single(),
+        make_dataset(),
+        0,
+        tmp_path / "checkpoint.pt",
+    )
     last = loop.train_seed(job)["history"][-1]
     steps = len(make_dataset()["train_labels"]) // BATCH
     if last["nonfinite_losses"] != steps:
@@ -431,8 +480,9 @@ def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
 def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
     """One epoch of 5 steps trains (warm-up stretched to 1.5 steps); 3 steps are refused clearly."""
     cfg = _tiny_cfg(epochs=1, batch_size=12, checkpoint_every_s=60.0)
-    job = engine.Job(cfg, precision.PRECISIONS["fp32"], parallel.Single(), make_dataset(), 0,
-                     tmp_path / "checkpoint.pt")  # fmt: skip
+    job = loop.Job(
+        cfg, precision.PRECISIONS["fp32"], parallel.Single(), make_dataset(), 0, tmp_path / "checkpoint.pt"
+    )
     assert loop.train_seed(job)["result"]["epochs_completed"] == 1
     job.cfg = _tiny_cfg(epochs=1, batch_size=20)
     with pytest.raises(ValueError, match="only 3 training steps .* needs at least 4"):
@@ -445,8 +495,16 @@ def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
     import subprocess
     import sys
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                "--nproc-per-node", "2"]  # fmt: skip
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+    ]
     cmd = [*torchrun, "-m", "ampbench", "train", "--parallel", "ddp", "--precision", "fp32"]
     proc = subprocess.run(cmd, cwd=project, env=_cpu_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -462,7 +520,7 @@ def test_momentum_buffers_start_at_zero():
     """Fused SGD would create them uninitialised on a first step GradScaler skips (CUDA)."""
     cfg = _tiny_cfg()
     prec = precision.PRECISIONS["autocast_gradscaler"]
-    trainer = engine.setup(cfg, prec, parallel.Single(), 10, 10)
+    trainer = build.setup(cfg, prec, parallel.Single(), 10, 10)
     raw, opt = trainer.raw_model, trainer.opt
     params = list(raw.parameters())
     assert params and all("momentum_buffer" in opt.state[p] for p in params)

@@ -1,6 +1,6 @@
 """`python -m ampbench` is the same as the `ampbench` command."""
 
-from ampbench.warm import main  # the cli, through a warm-start server when there is one
+from ampbench.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

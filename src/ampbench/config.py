@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from ampbench.parallel import STRATEGIES
-from ampbench.precision import PRECISIONS as _PRECISIONS
+from ampbench.training.parallel import STRATEGIES
+from ampbench.training.precision import PRECISIONS as _PRECISIONS
 
 # The registries' names, in registry order (what the CLI offers and the matrix may hold).
 PRECISIONS = tuple(_PRECISIONS)

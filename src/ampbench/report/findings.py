@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from ampbench import claims, speed_claims
+from ampbench.report import claims, speed_claims
 
 VERDICTS = claims.VERDICTS
 SINGLE = ("single-fp32", "single-autocast", "single-autocast_gradscaler")

@@ -16,7 +16,7 @@ Each measure is timed in ``--windows`` windows and reported as the median (minâ€
 window in the JSON): one window on a shared GPU can be hit by someone else's work. A variant's
 two trainers are set up and warmed up first, then pipeline and ceiling windows alternate, so a
 slow spell hits both; ratios are medians of the same run. Clocks are read only after
-``engine.sync``; warm-up steps (graph capture, cuDNN autotuning) and worker start-up stay out of
+``measure.sync``; warm-up steps (graph capture, cuDNN autotuning) and worker start-up stay out of
 the windows and are reported separately. TF32 is off, as in training.
 Writes ``<out>.md`` and ``<out>.json``. With ``--profile N`` it also lists the time per kernel (CPU:
 per operator) of N ceiling steps per variant, from torch.profiler: where the step's time goes.
@@ -37,8 +37,9 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ampbench import data, engine, loader, parallel, precision
 from ampbench.config import replace
+from ampbench.data import prepared
+from ampbench.training import build, loader, measure, parallel, precision
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ PROFILE_ROWS = 25  # kernels listed per profiled variant in the markdown (the JS
 
 def train_flops_per_image(cfg, num_classes: int) -> float:
     """Model FLOPs of one forward + backward, per image (counted, not assumed)."""
-    model = engine.build_model(cfg, num_classes, torch.device("cpu"))
+    model = build.build_model(cfg, num_classes, torch.device("cpu"))
     x = torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8)
     with FlopCounterMode(display=False) as counter:
         model(x).sum().backward()
@@ -56,7 +57,7 @@ def train_flops_per_image(cfg, num_classes: int) -> float:
 
 def _clock(device) -> float:
     """perf_counter after the device has finished all queued work (so the reading means it)."""
-    engine.sync(device)
+    measure.sync(device)
     return time.perf_counter()
 
 
@@ -84,8 +85,8 @@ def _warm_steps(step, warmup: int) -> int:
 def _trainer(cfg, variant: str, dataset: dict, strategy):
     prec = precision.PRECISIONS[variant.split("-", 1)[1]]
     torch.manual_seed(0)
-    trainer = engine.setup(cfg, prec, strategy, 10, 10**6)
-    return engine.make_step(trainer, cfg, strategy), trainer.facts
+    trainer = build.setup(cfg, prec, strategy, 10, 10**6)
+    return build.make_step(trainer, cfg, strategy), trainer.facts
 
 
 class Measure:
@@ -101,17 +102,26 @@ class Measure:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         self.sec_per_step.append(_seconds(fn, calls, device) / calls)
-        self.peak_mb = max(self.peak_mb, engine.peak_memory_mb(device))
+        self.peak_mb = max(self.peak_mb, measure.peak_memory_mb(device))
 
     def row(self, batch: int, flops: float) -> dict:
         ips = [batch / s for s in self.sec_per_step]
         med = statistics.median(ips)
-        return {"measure": self.name, "variant": self.variant, "batch": batch,
-                "images_per_second": med, "ms_per_step": batch / med * 1e3,
-                "images_per_second_min": min(ips), "images_per_second_max": max(ips),
-                "windows": ips, "warmup_seconds": self.warm, "tflops": med * flops / 1e12,
-                "peak_memory_mb": self.peak_mb, "amp_dtype": self.facts["amp_dtype"],
-                "cuda_graph": self.facts["cuda_graph_used"]}  # fmt: skip
+        return {
+            "measure": self.name,
+            "variant": self.variant,
+            "batch": batch,
+            "images_per_second": med,
+            "ms_per_step": batch / med * 1e3,
+            "images_per_second_min": min(ips),
+            "images_per_second_max": max(ips),
+            "windows": ips,
+            "warmup_seconds": self.warm,
+            "tflops": med * flops / 1e12,
+            "peak_memory_mb": self.peak_mb,
+            "amp_dtype": self.facts["amp_dtype"],
+            "cuda_graph": self.facts["cuda_graph_used"],
+        }
 
 
 def kernel_profile(fn, steps: int, device) -> dict:
@@ -119,19 +129,22 @@ def kernel_profile(fn, steps: int, device) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
-    engine.sync(device)
+    measure.sync(device)
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             fn()
-        engine.sync(device)
+        measure.sync(device)
     kernels = []
     for e in prof.key_averages():
         us = e.self_device_time_total if cuda else e.self_cpu_time_total
         if us > 0:
             kernels.append({"kernel": e.key, "us_per_step": us / steps, "calls_per_step": e.count / steps})
     kernels.sort(key=lambda k: -k["us_per_step"])
-    return {"steps": steps, "busy_ms_per_step": sum(k["us_per_step"] for k in kernels) / 1e3,
-            "kernels": kernels}  # fmt: skip
+    return {
+        "steps": steps,
+        "busy_ms_per_step": sum(k["us_per_step"] for k in kernels) / 1e3,
+        "kernels": kernels,
+    }
 
 
 def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps):
@@ -173,8 +186,9 @@ def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, 
     tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
     warm = _warm_steps(step, warmup)
     it = _epochs(tl, 0)
-    m = Measure(f"dataloader ({workers} workers)", variant, facts,
-                _seconds(lambda: step(*next(it)), warm, device))  # fmt: skip
+    m = Measure(
+        f"dataloader ({workers} workers)", variant, facts, _seconds(lambda: step(*next(it)), warm, device)
+    )
     it.close()  # its workers stop here, outside any window
     for w in range(windows):
         # Each epoch starts new worker processes: start them and wait for the first batch before
@@ -186,21 +200,35 @@ def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, 
     return m
 
 
-def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, workers: int,
-        profile_steps: int = 0, windows: int = 5) -> dict:  # fmt: skip
+def run(
+    cfg,
+    variants: list[str],
+    dataset: dict,
+    steps: int,
+    warmup: int,
+    workers: int,
+    profile_steps: int = 0,
+    windows: int = 5,
+) -> dict:
     if windows < 1 or steps < 1:
         raise ValueError(f"--windows and --steps must be at least 1 (got {windows} and {steps})")
     batch = cfg.train.batch_size
     flops = train_flops_per_image(cfg, len(dataset["classes"]))
     rows, profiles = [], {}
     for variant in variants:
-        pipe, ceil, prof, strategy = measure_variant(cfg, variant, dataset, steps, warmup, windows,
-                                                     profile_steps)  # fmt: skip
+        pipe, ceil, prof, strategy = measure_variant(
+            cfg, variant, dataset, steps, warmup, windows, profile_steps
+        )
         rows += [pipe.row(batch, flops), ceil.row(batch, flops)]
         if prof:
             profiles[variant] = {**prof, "ms_per_step": rows[-1]["ms_per_step"]}
-        log.info("%s: pipeline %.0f img/s, ceiling %.0f img/s (medians of %d windows)", variant,
-                 rows[-2]["images_per_second"], rows[-1]["images_per_second"], windows)  # fmt: skip
+        log.info(
+            "%s: pipeline %.0f img/s, ceiling %.0f img/s (medians of %d windows)",
+            variant,
+            rows[-2]["images_per_second"],
+            rows[-1]["images_per_second"],
+            windows,
+        )
     dl = measure_dataloader(cfg, variants[-1], dataset, strategy, steps, warmup, windows, workers)
     rows.append(dl.row(batch, flops))
     # Every ratio is one of medians from this run.
@@ -208,11 +236,21 @@ def run(cfg, variants: list[str], dataset: dict, steps: int, warmup: int, worker
     for r in rows:
         r["fraction_of_ceiling"] = r["images_per_second"] / ceilings[r["variant"]]
     steps_per_epoch = len(dataset["train_labels"]) // batch
-    return {"hardware": strategy.facts()["device_name"], "torch": torch.__version__,
-            "tf32": False, "batch": batch, "steps": steps, "warmup": warmup, "windows": windows,
-            "pipeline_steps": steps_per_epoch, "dataloader_steps": min(steps, steps_per_epoch),
-            "cudnn_benchmark": cfg.train.cudnn_benchmark,
-            "gflop_per_image": flops / 1e9, "rows": rows, "profiles": profiles}  # fmt: skip
+    return {
+        "hardware": strategy.facts()["device_name"],
+        "torch": torch.__version__,
+        "tf32": False,
+        "batch": batch,
+        "steps": steps,
+        "warmup": warmup,
+        "windows": windows,
+        "pipeline_steps": steps_per_epoch,
+        "dataloader_steps": min(steps, steps_per_epoch),
+        "cudnn_benchmark": cfg.train.cudnn_benchmark,
+        "gflop_per_image": flops / 1e9,
+        "rows": rows,
+        "profiles": profiles,
+    }
 
 
 def to_markdown(res: dict) -> str:
@@ -245,22 +283,29 @@ def to_markdown(res: dict) -> str:
             "| kernel / operator | Âµs/step | calls/step |",
             "|---|---|---|",
         ]
-        lines += [f"| `{k['kernel'][:100]}` | {k['us_per_step']:.1f} | {k['calls_per_step']:g} |"
-                  for k in p["kernels"][:PROFILE_ROWS]]  # fmt: skip
+        lines += [
+            f"| `{k['kernel'][:100]}` | {k['us_per_step']:.1f} | {k['calls_per_step']:g} |"
+            for k in p["kernels"][:PROFILE_ROWS]
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(cfg, args, data_file: Path) -> dict:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     in_process = [name for name, s in parallel.STRATEGIES.items() if s.in_process]
-    bad = [v for v in variants if v.split("-", 1)[0] not in in_process
-           or v.split("-", 1)[-1] not in precision.PRECISIONS]  # fmt: skip
+    bad = [
+        v
+        for v in variants
+        if v.split("-", 1)[0] not in in_process or v.split("-", 1)[-1] not in precision.PRECISIONS
+    ]
     if bad:
-        raise ValueError(f"--variants: {', '.join(bad)} not benchmarkable (in-process variants only: "
-                         f"{', '.join(p + '-*' for p in in_process)})")  # fmt: skip
+        raise ValueError(
+            f"--variants: {', '.join(bad)} not benchmarkable (in-process variants only: "
+            f"{', '.join(p + '-*' for p in in_process)})"
+        )
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
-    dataset = data.load_dataset(data_file)
+    dataset = prepared.load_dataset(data_file)
     if args.max_images:
         n = args.max_images
         dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
@@ -286,21 +331,37 @@ def track(cfg, res: dict, out: Path) -> str | None:
     metric, the JSON and Markdown (rewritten to name the run) as artifacts. Returns the run id, or
     None with a warning if any of it failed (the run, if started, is ended FAILED): the files
     hold the results either way."""
-    from ampbench.tracking import KIND_TAG, Tracker
+    from ampbench.tracking.tracker import KIND_TAG, Tracker
 
     t, tracker, run_id = cfg.tracking, None, None
     try:
         tracker = Tracker(f"{t.experiment}-bench", t.preflight_timeout_s, t.request_timeout_s)
         tracker.preflight()
-        params = {k: res[k] for k in ("hardware", "torch", "tf32", "batch", "steps", "warmup", "windows",
-                                      "cudnn_benchmark", "train_images")}  # fmt: skip
+        params = {
+            k: res[k]
+            for k in (
+                "hardware",
+                "torch",
+                "tf32",
+                "batch",
+                "steps",
+                "warmup",
+                "windows",
+                "cudnn_benchmark",
+                "train_images",
+            )
+        }
         run_id = tracker.start("bench", {KIND_TAG: "bench"}, params)
         metrics = {}
         for r in res["rows"]:
             key = f"bench/{r['measure'].split(' ')[0]}/{r['variant']}"
-            metrics.update({f"{key}/images_per_second": r["images_per_second"],
-                            f"{key}/fraction_of_ceiling": r["fraction_of_ceiling"],
-                            f"{key}/ms_per_step": r["ms_per_step"]})  # fmt: skip
+            metrics.update(
+                {
+                    f"{key}/images_per_second": r["images_per_second"],
+                    f"{key}/fraction_of_ceiling": r["fraction_of_ceiling"],
+                    f"{key}/ms_per_step": r["ms_per_step"],
+                }
+            )
         tracker.log_metrics(run_id, metrics)
         _write({**res, "run_id": run_id}, out)
         for suffix in (".json", ".md"):

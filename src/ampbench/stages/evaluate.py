@@ -24,23 +24,42 @@ from pathlib import Path
 import torch
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
-from ampbench import checkpoint, precision
-from ampbench import evaluate_runs as runs
+from ampbench.checkpoints import files
 from ampbench.config import ModelConfig
-from ampbench.engine import predict
-from ampbench.model import AlexNet
 from ampbench.timing import StageClock
+from ampbench.tracking import evaluate_runs as runs
+from ampbench.training import precision
+from ampbench.training.measure import predict
+from ampbench.training.model import AlexNet
 
 log = logging.getLogger(__name__)
 
 # Training results carried from model.pt into the metrics file (what `compare` summarises).
-TRAIN_KEYS = ("train_seconds", "first_epoch_seconds", "images_per_second", "peak_memory_mb",
-              "diverged", "devices_used", "world_size", "device_name", "amp_dtype",
-              "cuda_graph_used", "epochs_completed", "replica_dtypes", "autocast_placement")  # fmt: skip
+TRAIN_KEYS = (
+    "train_seconds",
+    "first_epoch_seconds",
+    "images_per_second",
+    "peak_memory_mb",
+    "diverged",
+    "devices_used",
+    "world_size",
+    "device_name",
+    "amp_dtype",
+    "cuda_graph_used",
+    "epochs_completed",
+    "replica_dtypes",
+    "autocast_placement",
+)
 # Settings carried from model.pt's config into the metrics file, so a report made from it
 # (`ampbench findings`) states the conditions it measured without trusting today's params.yaml.
-CONFIG_KEYS = ("train.epochs", "train.batch_size", "train.loader", "train.workers", "train.cuda_graph",
-               "tracking.conditions")  # fmt: skip
+CONFIG_KEYS = (
+    "train.epochs",
+    "train.batch_size",
+    "train.loader",
+    "train.workers",
+    "train.cuda_graph",
+    "tracking.conditions",
+)
 
 
 class ModelFileError(ValueError):
@@ -50,8 +69,10 @@ class ModelFileError(ValueError):
 def _retrain_hint(path: Path) -> str:
     variant = path.parent.parent.name  # models/<variant>/seed-<s>/model.pt
     parallel_name, _, precision_name = variant.partition("-")
-    return (f"delete {path} and re-train: `dvc repro -f train@{variant}` or "
-            f"`ampbench train --parallel {parallel_name} --precision {precision_name}`")  # fmt: skip
+    return (
+        f"delete {path} and re-train: `dvc repro -f train@{variant}` or "
+        f"`ampbench train --parallel {parallel_name} --precision {precision_name}`"
+    )
 
 
 def _build_model(saved: dict, path: Path) -> torch.nn.Module:
@@ -69,7 +90,7 @@ def _build_model(saved: dict, path: Path) -> torch.nn.Module:
 
 
 def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    saved = checkpoint.load(path)
+    saved = files.load(path)
     model = _build_model(saved, path)
     model.to(device)
     precision.PRECISIONS[precision_name].apply(model, device)
@@ -79,8 +100,14 @@ def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[t
 def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], dict]:
     """Metrics dict (MLflow names), confusion matrix, and scikit-learn's full report."""
     cm = confusion_matrix(labels, preds, labels=list(range(len(classes))))
-    report = classification_report(labels, preds, labels=list(range(len(classes))),
-                                   target_names=classes, output_dict=True, zero_division=0)  # fmt: skip
+    report = classification_report(
+        labels,
+        preds,
+        labels=list(range(len(classes))),
+        target_names=classes,
+        output_dict=True,
+        zero_division=0,
+    )
     metrics = {
         "test_accuracy": accuracy_score(labels, preds),
         "precision_macro": report["macro avg"]["precision"],
@@ -104,8 +131,17 @@ class Scorer(torch.nn.Module):
         return logits + self.model(images.flip(3)) if self.flip else logits
 
 
-def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, reports_dir: Path, tracker=None,
-                     log_model: str = "none", data_ref: dict | None = None, clock=None) -> dict:  # fmt: skip
+def evaluate_variant(
+    variant: str,
+    seeds,
+    models_dir: Path,
+    dataset: dict,
+    reports_dir: Path,
+    tracker=None,
+    log_model: str = "none",
+    data_ref: dict | None = None,
+    clock=None,
+) -> dict:
     """Evaluate every seed of a variant; write the DVC metrics and plots; return the metrics.
 
     ``data_ref`` ({"digest", "source"}) names the test data in MLflow's Dataset column. ``clock``
@@ -136,23 +172,42 @@ def evaluate_variant(variant: str, seeds, models_dir: Path, dataset: dict, repor
             # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
             # extra point at step 0 and the run's latest value is the evaluation's.
             step = len(saved["history"])
-            model_id = _log_model(tracker, run_id, log_model, f"{variant}-seed-{seed}", path, saved,
-                                  Scorer(model, flip), images[:2])  # fmt: skip
+            model_id = _log_model(
+                tracker,
+                run_id,
+                log_model,
+                f"{variant}-seed-{seed}",
+                path,
+                saved,
+                Scorer(model, flip),
+                images[:2],
+            )
             clock.mark("model_logging")
-            runs.log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes,
-                            model_id)  # fmt: skip
+            runs.log_to_run(
+                tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id
+            )
             if data_ref:
-                tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"],
-                                    "evaluation")  # fmt: skip
+                tracker.log_dataset(
+                    run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation"
+                )
             clock.mark("logging")
             variant_runs.add(saved.get("variant_run_id"))
-        per_seed.append({"seed": seed, "run_id": run_id, "variant_run_id": saved.get("variant_run_id"),
-                         **metrics, **{k: saved["result"].get(k) for k in TRAIN_KEYS},
-                         **{k: _setting(saved["config"], k) for k in CONFIG_KEYS}})  # fmt: skip
+        per_seed.append(
+            {
+                "seed": seed,
+                "run_id": run_id,
+                "variant_run_id": saved.get("variant_run_id"),
+                **metrics,
+                **{k: saved["result"].get(k) for k in TRAIN_KEYS},
+                **{k: _setting(saved["config"], k) for k in CONFIG_KEYS},
+            }
+        )
         curves += [{"seed": seed, **h} for h in saved["history"]]
         if not confusion_rows:  # DVC's confusion template: one row per sample (first seed)
-            confusion_rows = [{"actual": classes[a], "predicted": classes[p]}
-                              for a, p in zip(labels.tolist(), preds.tolist())]  # fmt: skip
+            confusion_rows = [
+                {"actual": classes[a], "predicted": classes[p]}
+                for a, p in zip(labels.tolist(), preds.tolist())
+            ]
     summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
     _write(reports_dir, variant, summary, curves, confusion_rows)
     clock.mark("reports")
@@ -172,8 +227,12 @@ def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: di
     """``tracking.log_model``: the seed's MLflow model (its id), or None for none."""
     if mode == "reference":
         result = saved["result"]
-        facts = {"variant": saved["variant"], "seed": saved["seed"], "amp_dtype": result.get("amp_dtype"),
-                 "config_digest": saved.get("config_digest")}  # fmt: skip
+        facts = {
+            "variant": saved["variant"],
+            "seed": saved["seed"],
+            "amp_dtype": result.get("amp_dtype"),
+            "config_digest": saved.get("config_digest"),
+        }
         return runs.reference_model(tracker, run_id, name, path, facts)
     if mode == "export":
         return runs.export_model(tracker, run_id, name, scorer, example)

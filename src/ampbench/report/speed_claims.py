@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ampbench.claims import (
+from ampbench.report.claims import (
     AC,
     ALPHA,
     BARELY,
@@ -23,7 +23,7 @@ from ampbench.claims import (
     setting,
     verdict,
 )
-from ampbench.compare import _ms, _welch_p
+from ampbench.report.compare import _ms, _welch_p
 
 
 def _speed(studies: dict, variant: str, base: str) -> dict[str, tuple[float, float]]:

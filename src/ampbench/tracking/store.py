@@ -109,8 +109,9 @@ def temporary_env(**values: str):
 
 def http_limits(seconds: float, retries: int):
     """Bound MLflow's HTTP calls (default: 5 retries x 120 s, minutes on a dead server)."""
-    return temporary_env(MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries),
-                         MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds))))  # fmt: skip
+    return temporary_env(
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES=str(retries), MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(seconds)))
+    )
 
 
 def brief(err: BaseException) -> str:

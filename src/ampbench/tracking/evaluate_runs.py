@@ -39,9 +39,11 @@ def reference_model(tracker, run_id: str, name: str, model_file: Path, facts: di
     import mlflow
 
     where = str(_in_repo(model_file))
-    note = (f"Weights: `{where}` (DVC output of the train stage; load it with `torch.load(path, "
-            "weights_only=True)`). `tracking.log_model: export` logs a servable MLflow model "
-            "instead.")  # fmt: skip
+    note = (
+        f"Weights: `{where}` (DVC output of the train stage; load it with `torch.load(path, "
+        "weights_only=True)`). `tracking.log_model: export` logs a servable MLflow model "
+        "instead."
+    )
     mlflow.set_tracking_uri(tracker.uri)  # the fluent call below uses the global store
     model = mlflow.create_external_model(
         name=name,
@@ -55,7 +57,7 @@ def reference_model(tracker, run_id: str, name: str, model_file: Path, facts: di
 
 
 def _in_repo(path: Path) -> Path:
-    from ampbench.tracking import repo_root
+    from ampbench.tracking.tracker import repo_root
 
     path, root = path.resolve(), repo_root().resolve()
     return path.relative_to(root) if path.is_relative_to(root) else path
@@ -65,7 +67,7 @@ def export_model(tracker, run_id: str, name: str, scorer: torch.nn.Module, examp
     """A servable MLflow model in the seed run: a torch.export program (no pickled code), CPU, any batch."""
     import mlflow.pytorch
 
-    from ampbench.tracking import temporary_env
+    from ampbench.tracking.tracker import temporary_env
 
     cpu = copy.deepcopy(scorer).cpu().eval()
     # Requirements given, not inferred: inference loads the model in a subprocess (~15 s).
@@ -75,8 +77,9 @@ def export_model(tracker, run_id: str, name: str, scorer: torch.nn.Module, examp
     # model_config={"device": "cpu"}, or MLFLOW_DEFAULT_PREDICTION_DEVICE=cpu.)
     with _active_run(tracker, run_id), temporary_env(MLFLOW_DEFAULT_PREDICTION_DEVICE="cpu"):
         example = example.cpu().numpy()
-        info = mlflow.pytorch.log_model(cpu, name=name, input_example=example, pip_requirements=requirements,
-                                        validate_serving_input=False)  # fmt: skip
+        info = mlflow.pytorch.log_model(
+            cpu, name=name, input_example=example, pip_requirements=requirements, validate_serving_input=False
+        )
     return info.model_id
 
 

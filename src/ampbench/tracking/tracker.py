@@ -2,7 +2,7 @@
 orchestrates; this module only records.
 
 Everything goes through ``MlflowClient`` with explicit run ids: no hidden active-run state. Where
-the store is and how it is opened: ``ampbench.mlstore``; metric names: ``ampbench.metric_names``.
+the store is and how it is opened: ``tracking.store``; metric names: ``tracking.metric_names``.
 
 How a study looks in the MLflow UI (one experiment, ``tracking.experiment``):
 
@@ -26,14 +26,23 @@ from pathlib import Path
 
 import torch
 
-from ampbench import mlstore
-from ampbench.epoch_hooks import EpochHooks
-from ampbench.metric_names import metric_name
-from ampbench.mlstore import TrackingError, repo_root, temporary_env, tracking_uri
+from ampbench.tracking import store
+from ampbench.tracking.epoch_hooks import EpochHooks
+from ampbench.tracking.metric_names import metric_name
+from ampbench.tracking.store import TrackingError, repo_root, temporary_env, tracking_uri
 
 # Re-exported: callers import the tracking names they need from here.
-__all__ = ["KIND_TAG", "EpochHooks", "Tracker", "TrackingError", "environment_facts", "metric_name",
-           "repo_root", "temporary_env", "tracking_uri"]  # fmt: skip
+__all__ = [
+    "KIND_TAG",
+    "EpochHooks",
+    "Tracker",
+    "TrackingError",
+    "environment_facts",
+    "metric_name",
+    "repo_root",
+    "temporary_env",
+    "tracking_uri",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +81,7 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(request_timeout_s))))
         self.uri = tracking_uri()
-        self.client = mlstore.ensure_store(self.uri)
+        self.client = store.ensure_store(self.uri)
         self.experiment = experiment
         self.timeout = preflight_timeout_s
         self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
@@ -87,11 +96,11 @@ class Tracker:
         """Fail fast, before any training, if the store cannot be reached."""
         try:
             # under the lock: one process creates the experiment
-            with mlstore.http_limits(self.timeout, retries=0), mlstore.store_lock(self.uri):
+            with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
                 self.experiment_id()
         except Exception as err:
             raise TrackingError(
-                f"MLflow tracking store {self.uri} is not usable ({mlstore.brief(err)}). Start the server, "
+                f"MLflow tracking store {self.uri} is not usable ({store.brief(err)}). Start the server, "
                 "fix or unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
 
@@ -110,7 +119,7 @@ class Tracker:
         return self._experiment_id
 
     def link(self) -> str:
-        return mlstore.runs_link(self.uri, self.experiment_id())
+        return store.runs_link(self.uri, self.experiment_id())
 
     def start(self, name: str, tags: dict, params: dict | None = None, parent: str | None = None) -> str:
         tags = {k: str(v) for k, v in tags.items()}
@@ -143,11 +152,14 @@ class Tracker:
         if launcher and os.environ.get("MLFLOW_EXPERIMENT_ID") == self.experiment_id():
             self.set_tags(launcher, {"mlflow.runName": name, **tags})
             return launcher
-        run_id = self.start(name, {**tags, **({"ampbench.launcher_run_id": launcher} if launcher else {})},
-                            params)  # fmt: skip
+        run_id = self.start(
+            name, {**tags, **({"ampbench.launcher_run_id": launcher} if launcher else {})}, params
+        )
         if launcher:
-            note = (f"The seeds of this `mlflow run` are recorded in experiment `{self.experiment}` "
-                    f"(run `{name}`, id {run_id}), beside the study: {self.link()}")  # fmt: skip
+            note = (
+                f"The seeds of this `mlflow run` are recorded in experiment `{self.experiment}` "
+                f"(run `{name}`, id {run_id}), beside the study: {self.link()}"
+            )
             self.set_tags(
                 launcher,
                 {
@@ -170,15 +182,17 @@ class Tracker:
         for i in range(0, len(items), 100):  # MLflow accepts at most 100 params per batch
             self.client.log_batch(run_id, params=items[i : i + 100])
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None,
-                    model_id: str | None = None) -> None:  # fmt: skip
+    def log_metrics(
+        self, run_id: str, metrics: dict[str, float], step: int | None = None, model_id: str | None = None
+    ) -> None:
         """Log flat keys under their sectioned MLflow names (``metric_name``); ``model_id`` links
         them to a logged model too (its row in the Models tab)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(metric_name(k), float(v), now, step or 0, model_id=model_id)
-                 for k, v in metrics.items()]  # fmt: skip
+        items = [
+            Metric(metric_name(k), float(v), now, step or 0, model_id=model_id) for k, v in metrics.items()
+        ]
         for i in range(0, len(items), 1000):  # MLflow's batch limit
             self.client.log_batch(run_id, metrics=items[i : i + 1000])
 
@@ -189,8 +203,12 @@ class Tracker:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         remote = source.startswith(("http://", "https://"))
-        dataset = Dataset(name=name, digest=digest[:36], source_type="http" if remote else "local",
-                          source=json.dumps({"url": source} if remote else {"uri": source}))  # fmt: skip
+        dataset = Dataset(
+            name=name,
+            digest=digest[:36],
+            source_type="http" if remote else "local",
+            source=json.dumps({"url": source} if remote else {"uri": source}),
+        )
         tag = InputTag("mlflow.data.context", context)
         for attempt in (1, 2):
             try:
@@ -200,7 +218,7 @@ class Tracker:
                 # Two stages registering the same dataset at once race on its unique row in the
                 # store (sqlite: UNIQUE constraint failed); the second try finds the row.
                 if attempt == 2:
-                    log.warning("could not record dataset %s on run %s: %s", name, run_id, mlstore.brief(err))
+                    log.warning("could not record dataset %s on run %s: %s", name, run_id, store.brief(err))
 
     def set_tags(self, run_id: str, tags: dict[str, object]) -> None:
         for k, v in tags.items():

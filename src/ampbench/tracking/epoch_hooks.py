@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ampbench import mlstore
+from ampbench.tracking import store
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,14 @@ class EpochHooks:
             except Exception as err:
                 if not quiet:
                     raise
-                log.warning("MLflow store %s did not take epoch %d of run %s (%s); kept in the "
-                            "checkpoint, sent later", self.tracker.uri, epoch, self.run_id,
-                            mlstore.brief(err))  # fmt: skip
+                log.warning(
+                    "MLflow store %s did not take epoch %d of run %s (%s); kept in the "
+                    "checkpoint, sent later",
+                    self.tracker.uri,
+                    epoch,
+                    self.run_id,
+                    store.brief(err),
+                )
                 return False
             with self._lock:
                 self.pending.pop(0)

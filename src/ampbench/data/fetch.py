@@ -2,7 +2,7 @@
 
 ``fetch`` turns a source (the official CIFAR-10 URL, any http(s) or file:// URL, a local archive
 or a local folder) into a local path whose checksums were verified; ``safe_extract`` unpacks an
-archive without trusting its member paths. What the files hold is ``ampbench.data``'s business.
+archive without trusting its member paths. What the files hold is ``ampbench.data.prepared``'s business.
 
 Every failure raises ``DataError`` whose message says what went wrong, where, and how to fix it.
 Nothing partial is ever left at a final path: downloads and extractions go to a temporary name in
@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm import tqdm
 
-from ampbench import checkpoint
+from ampbench.checkpoints import files
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
     hashers, got = _hashers(url, sha256), 0
     _remove_stale(final, "part", legacy=f"{final.name}.*.part")
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=checkpoint.temp_name(final, "part") + "-")
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=files.temp_name(final, "part") + "-")
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -168,7 +168,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for kind in ("extracting", "old"):
         _remove_stale(dest, kind)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "extracting") + "-"))
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=files.temp_name(dest, "extracting") + "-"))
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -178,7 +178,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=checkpoint.temp_name(dest, "old") + "-"))
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=files.temp_name(dest, "old") + "-"))
             os.replace(dest, old / dest.name)
             shutil.rmtree(old)
         os.replace(tmp, dest)
@@ -191,6 +191,6 @@ def safe_extract(archive: Path, dest: Path) -> Path:
 
 def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
     """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
-    checkpoint.remove_stale_temps(path, kind)
+    files.remove_stale_temps(path, kind)
     for stale in path.parent.glob(legacy) if legacy else ():
         stale.unlink(missing_ok=True)

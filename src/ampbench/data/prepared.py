@@ -1,6 +1,6 @@
 """Read an image data set's formats and keep it as one tensor file that training loads.
 
-``prepare`` is the whole download stage: ``ampbench.fetch`` gets the source onto disk (verified,
+``prepare`` is the whole download stage: ``ampbench.data.fetch`` gets the source onto disk (verified,
 extracted); this module reads either the CIFAR python batches or an ImageFolder tree
 (``train/<class>/*.png|jpg`` and ``test/<class>/*``), takes the configured per-class subset and
 writes a dict of uint8/int64 tensors atomically:
@@ -8,7 +8,7 @@ writes a dict of uint8/int64 tensors atomically:
     summary = prepare(CIFAR10_URL, Path("data/cifar10.pt"), Path("data/cache"), train_per_class=100)
     ds = load_dataset(Path("data/cifar10.pt"), device="cuda")  # {"train_images": (N,3,32,32), ...}
 
-Every failure raises ``DataError`` (defined in ``ampbench.fetch``, importable from here too) whose
+Every failure raises ``DataError`` (defined in ``ampbench.data.fetch``, importable from here too) whose
 message says what went wrong, where, and how to fix it.
 """
 
@@ -23,23 +23,42 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ampbench import checkpoint
-from ampbench.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
+from ampbench.checkpoints import files
+from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
 
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
 # torch._dynamo, seconds that every train and evaluate stage would pay just to load the data.
 
 __all__ = [
-    "CIFAR10_CLASSES", "CIFAR10_URL", "DataError", "balanced_subset", "fetch", "file_digest",
-    "find_dataset_root", "load_cifar_python", "load_dataset", "load_image_folder", "prepare",
-    "safe_extract", "save_dataset",
-]  # fmt: skip
+    "CIFAR10_CLASSES",
+    "CIFAR10_URL",
+    "DataError",
+    "balanced_subset",
+    "fetch",
+    "file_digest",
+    "find_dataset_root",
+    "load_cifar_python",
+    "load_dataset",
+    "load_image_folder",
+    "prepare",
+    "safe_extract",
+    "save_dataset",
+]
 
 log = logging.getLogger(__name__)
 
 CIFAR10_CLASSES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)  # fmt: skip
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
 
 
@@ -61,8 +80,12 @@ def _warn_class_count(root: Path, classes) -> None:
         log.warning(
             "%s holds %d classes, not CIFAR-10's %d: %s; the prepared file holds these %d classes "
             "(fix data.url if that is not what you meant)",
-            root, len(classes), len(CIFAR10_CLASSES), ", ".join(classes), len(classes),
-        )  # fmt: skip
+            root,
+            len(classes),
+            len(CIFAR10_CLASSES),
+            ", ".join(classes),
+            len(classes),
+        )
 
 
 def load_cifar_python(root: Path) -> dict:
@@ -199,12 +222,12 @@ def prepare(
 
 
 def save_dataset(ds: dict, path: Path) -> None:
-    """Atomically (checkpoint.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
+    """Atomically (files.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
     path = Path(path)
     for legacy in path.parent.glob(f"{path.name}.*.tmp"):  # older versions' temps (no pid in the name)
         legacy.unlink(missing_ok=True)
     try:
-        checkpoint.atomic_save(ds, path)  # removes its own stale temps of dead writers first
+        files.atomic_save(ds, path)  # removes its own stale temps of dead writers first
         _digest_file(path).write_text(json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n")
     except OSError as exc:
         raise DataError(

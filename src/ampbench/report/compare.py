@@ -27,11 +27,26 @@ log = logging.getLogger(__name__)
 
 BASELINE = "single-fp32"
 ALPHA = 0.05
-COLUMNS = ("variant", "seeds", "diverged", "test_accuracy_mean", "test_accuracy_std",
-           "accuracy_delta", "p_value", "significant", "train_seconds_mean", "train_seconds_std",
-           "images_per_second_mean", "images_per_second_std", "speedup",
-           "peak_memory_mb_mean", "peak_memory_mb_std", "devices_used", "device_name",
-           "amp_dtype")  # fmt: skip
+COLUMNS = (
+    "variant",
+    "seeds",
+    "diverged",
+    "test_accuracy_mean",
+    "test_accuracy_std",
+    "accuracy_delta",
+    "p_value",
+    "significant",
+    "train_seconds_mean",
+    "train_seconds_std",
+    "images_per_second_mean",
+    "images_per_second_std",
+    "speedup",
+    "peak_memory_mb_mean",
+    "peak_memory_mb_std",
+    "devices_used",
+    "device_name",
+    "amp_dtype",
+)
 
 
 def _ms(values: list[float]) -> tuple[float, float]:
@@ -80,8 +95,10 @@ def _fmt(mean: float, std: float, digits: int) -> str:
 
 
 def to_markdown(rows: list[dict], notice: str = "") -> str:
-    head = ("| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
-            "| train s | images/s | speed-up | peak MB | devices | amp dtype |")  # fmt: skip
+    head = (
+        "| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
+        "| train s | images/s | speed-up | peak MB | devices | amp dtype |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         p = "n/a" if math.isnan(r["p_value"]) else f"{r['p_value']:.3f}"
@@ -95,11 +112,13 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
             f"| {r['devices_used']} | {r['amp_dtype']} |"
         )
     device = rows[0]["device_name"] if rows else "?"
-    note = (f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
-            f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
-            f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
-            "Diverged runs are counted in their variant and included in its means. Peak MB: device "
-            "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU.\n")  # fmt: skip
+    note = (
+        f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
+        f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
+        f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
+        "Diverged runs are counted in their variant and included in its means. Peak MB: device "
+        "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU.\n"
+    )
     title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
     return title + "\n".join(lines) + "\n" + note
 
@@ -112,8 +131,10 @@ def chart(rows: list[dict], path: Path) -> None:
 
     names = [r["variant"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for ax, key, label in ((axes[0], "images_per_second", "images / s (steady state)"),
-                           (axes[1], "test_accuracy", "test accuracy")):  # fmt: skip
+    for ax, key, label in (
+        (axes[0], "images_per_second", "images / s (steady state)"),
+        (axes[1], "test_accuracy", "test accuracy"),
+    ):
         means = [r[f"{key}_mean"] for r in rows]
         stds = [r[f"{key}_std"] for r in rows]
         colors = ["tab:red" if r["diverged"] else "tab:blue" for r in rows]
@@ -166,8 +187,12 @@ def subset_notice(cfg) -> str:
 
 def summary_metrics(rows: list[dict]) -> dict:
     """The study's answer in a few numbers per variant (DVC metrics: `dvc exp show`, `metrics diff`)."""
-    keep = {"test_accuracy_mean": "test_accuracy", "images_per_second_mean": "images_per_second",
-            "train_seconds_mean": "train_seconds", "speedup": "speedup"}  # fmt: skip
+    keep = {
+        "test_accuracy_mean": "test_accuracy",
+        "images_per_second_mean": "images_per_second",
+        "train_seconds_mean": "train_seconds",
+        "speedup": "speedup",
+    }
     return {
         r["variant"]: {short: round(r[k], 4) for k, short in keep.items() if not math.isnan(r[k])}
         for r in rows

@@ -1,5 +1,5 @@
-"""What training is built from: the job, the model and optimizer (``Trainer``), the step, and
-the helpers bench and evaluation share (prediction, device sync, peak memory). Imports no mlflow.
+"""What one variant trains with: the model and optimizer (``Trainer``, ``setup``) and the step over
+them (``make_step``). Imports no mlflow.
 
 Precision and parallelism arrive as strategy objects (``precision.PrecisionStrategy``,
 ``parallel.ParallelStrategy``), so nothing here branches on a variant. The loop over epochs is
@@ -9,43 +9,18 @@ Precision and parallelism arrive as strategy objects (``precision.PrecisionStrat
 from __future__ import annotations
 
 import logging
-import resource
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from ampbench.config import Config
-from ampbench.model import AlexNet, autocast_outside
-from ampbench.parallel import ParallelStrategy
-from ampbench.precision import PrecisionStrategy
-from ampbench.step import Stats, Step
+from ampbench.training.model import AlexNet, autocast_outside
+from ampbench.training.parallel import ParallelStrategy
+from ampbench.training.precision import PrecisionStrategy
+from ampbench.training.step import Stats, Step
 
 log = logging.getLogger(__name__)
-
-
-class Stopped(Exception):
-    """Training stopped on request (SIGTERM / Ctrl-C) after saving a checkpoint."""
-
-
-@dataclass
-class Job:
-    cfg: Config
-    precision: PrecisionStrategy
-    strategy: ParallelStrategy
-    data: dict
-    seed: int
-    checkpoint_path: Path
-    stop_requested: Callable[[], bool] = lambda: False
-    progress: object | None = None  # progress.StageProgress: stage bar and time estimates
-    writer: object | None = None  # checkpoint_writer.CheckpointWriter shared by a stage's seeds
-
-
-class NullHooks:
-    def on_epoch(self, epoch: int, metrics: dict) -> None:
-        pass
 
 
 @dataclass
@@ -62,8 +37,12 @@ class Trainer:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     def state(self) -> dict:
-        return {"model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(),
-                "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict()}  # fmt: skip
+        return {
+            "model": self.raw_model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
 
     def load(self, saved: dict) -> None:
         self.raw_model.load_state_dict(saved["model"])
@@ -82,8 +61,9 @@ def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Modul
     return model
 
 
-def setup(cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_classes: int,
-          total_steps: int) -> Trainer:  # fmt: skip
+def setup(
+    cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_classes: int, total_steps: int
+) -> Trainer:
     """Model, wrapped model, fused SGD, one-cycle schedule and scaler for one variant."""
     t, device = cfg.train, strategy.device
     if total_steps < 4:
@@ -103,9 +83,11 @@ def setup(cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_
         raw_model.parameters(),
         # A captured graph reads the learning rate from a device tensor the scheduler fills.
         lr=torch.tensor(t.lr, device=device) if use_graph else t.lr,
-        momentum=t.momentum, nesterov=t.momentum > 0, weight_decay=t.weight_decay,
+        momentum=t.momentum,
+        nesterov=t.momentum > 0,
+        weight_decay=t.weight_decay,
         fused=device.type == "cuda" or None,  # fused: GradScaler's checks stay on the device
-    )  # fmt: skip
+    )
     if t.momentum > 0:
         # Fused SGD creates momentum buffers with empty_like on its first step and leaves them
         # uninitialised if GradScaler skips that step (inf gradients): start them at zero, which
@@ -115,10 +97,15 @@ def setup(cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_
     # OneCycleLR divides by the warm-up length in steps, which must exceed one step.
     pct = max(t.warmup_fraction, 1.5 / total_steps)
     if pct != t.warmup_fraction:
-        log.warning("train.warmup_fraction %.3f is under 2 steps of %d; using %.3f", t.warmup_fraction,
-                    total_steps, pct)  # fmt: skip
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, t.lr, total_steps=total_steps, pct_start=pct,
-                                                cycle_momentum=False)  # fmt: skip
+        log.warning(
+            "train.warmup_fraction %.3f is under 2 steps of %d; using %.3f",
+            t.warmup_fraction,
+            total_steps,
+            pct,
+        )
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, t.lr, total_steps=total_steps, pct_start=pct, cycle_momentum=False
+    )
     return Trainer(raw_model, model, opt, sched, scaler, facts, use_graph, device)
 
 
@@ -126,39 +113,3 @@ def make_step(trainer: Trainer, cfg: Config, strategy: ParallelStrategy) -> Step
     """The training step over `trainer`, with its own statistics (also what bench times)."""
     criterion = nn.CrossEntropyLoss(label_smoothing=cfg.train.label_smoothing)
     return Step(trainer, criterion, Stats(trainer.device), strategy.graph_warmup_steps)
-
-
-@torch.no_grad()
-def predict(model: nn.Module, images: torch.Tensor, flip: bool, batch: int = 2048) -> torch.Tensor:
-    """Predicted classes (eval mode) for uint8 images on the model's device.
-
-    With ``flip``, the logits of each image and its mirror image are averaged (test-time
-    augmentation: the model was trained on flipped images too).
-    """
-    was_training = model.training
-    model.eval()
-    preds = []
-    for x in images.split(batch):
-        logits = model(x)
-        if flip:
-            logits = logits + model(x.flip(3))
-        preds.append(logits.argmax(1))
-    model.train(was_training)
-    return torch.cat(preds)
-
-
-def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, flip: bool) -> float:
-    return (predict(model, images, flip) == labels).sum().item() / max(1, len(labels))
-
-
-def sync(device: torch.device | None) -> None:
-    """Wait for the device (CUDA) so that a clock read after it measures finished work."""
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak device memory on CUDA; peak resident memory of this process on CPU."""
-    if device is not None and device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -18,14 +18,16 @@ import torch
 import yaml
 
 from ampbench.config import PARALLELS, PRECISIONS, Config
-from ampbench.engine import sync
+from ampbench.training.measure import sync
 
 CIFAR_TRAIN_PER_CLASS, CIFAR_TEST_PER_CLASS, CIFAR_CLASSES = 5000, 1000, 10
 # A forward pass costs about a third of a training step (forward + backward + update), per image.
 FORWARD_SHARE = 1 / 3
 LONG_ON_CPU_S = 30 * 60  # a study longer than this on a CPU gets the `make demo` hint
-DEMO_HINT = ("This is long for a CPU. The quick study runs the same pipeline (nine variants, "
-             "evaluation, comparison, MLflow) on a subset in a few minutes: `make demo`.")  # fmt: skip
+DEMO_HINT = (
+    "This is long for a CPU. The quick study runs the same pipeline (nine variants, "
+    "evaluation, comparison, MLflow) on a subset in a few minutes: `make demo`."
+)
 
 
 def fmt_duration(seconds: float) -> str:
@@ -54,8 +56,10 @@ def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
 def dataset_sizes(cfg: Config) -> tuple[int, int]:
     """Train and test images the configured (sub)set of CIFAR-10 holds."""
     d = cfg.data
-    return ((d.train_per_class or CIFAR_TRAIN_PER_CLASS) * CIFAR_CLASSES,
-            (d.test_per_class or CIFAR_TEST_PER_CLASS) * CIFAR_CLASSES)  # fmt: skip
+    return (
+        (d.train_per_class or CIFAR_TRAIN_PER_CLASS) * CIFAR_CLASSES,
+        (d.test_per_class or CIFAR_TEST_PER_CLASS) * CIFAR_CLASSES,
+    )
 
 
 def eval_steps(cfg: Config, n_test: int) -> float:
@@ -84,13 +88,16 @@ def _saved_position(path: Path, digest: str) -> tuple[int, int] | None:
     return int(saved.get("epoch", 0)), int(saved.get("step", 0))
 
 
-def remaining_seed_steps(cfg: Config, variant: str, seed: int, steps_per_epoch: int, n_test: int,
-                         models_dir: Path, work_dir: Path) -> float:  # fmt: skip
+def remaining_seed_steps(
+    cfg: Config, variant: str, seed: int, steps_per_epoch: int, n_test: int, models_dir: Path, work_dir: Path
+) -> float:
     """What one variant's seed still needs, judged from the models and checkpoints on disk."""
     digest = cfg.digest()
-    for path in (models_dir / variant / f"seed-{seed}" / "model.pt",
-                 work_dir / variant / f"seed-{seed}" / "model.pt",
-                 work_dir / variant / f"seed-{seed}" / "checkpoint.pt"):  # fmt: skip
+    for path in (
+        models_dir / variant / f"seed-{seed}" / "model.pt",
+        work_dir / variant / f"seed-{seed}" / "model.pt",
+        work_dir / variant / f"seed-{seed}" / "checkpoint.pt",
+    ):
         if path.exists():
             pos = _saved_position(path, digest)
             if pos is not None:
@@ -101,11 +108,12 @@ def remaining_seed_steps(cfg: Config, variant: str, seed: int, steps_per_epoch: 
 
 
 # --- `ampbench estimate`: before the study starts ------------------------------------------------
-def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: int = 2,
-                         warmup: int = 1, device: str = "cpu") -> float:  # fmt: skip
+def measure_step_seconds(
+    cfg: Config, precision_name: str, batch: int, steps: int = 2, warmup: int = 1, device: str = "cpu"
+) -> float:
     """Seconds per training step of the configured model, on random uint8 images of CIFAR's shape."""
-    from ampbench import precision
-    from ampbench.model import AlexNet
+    from ampbench.training import precision
+    from ampbench.training.model import AlexNet
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -132,8 +140,9 @@ def measure_step_seconds(cfg: Config, precision_name: str, batch: int, steps: in
     return (time.perf_counter() - t0) / steps
 
 
-def preflight(cfg: Config, params_file: str | Path = "params.yaml", probe_batch: int = 8,
-              force: bool = False) -> dict | None:  # fmt: skip
+def preflight(
+    cfg: Config, params_file: str | Path = "params.yaml", probe_batch: int = 8, force: bool = False
+) -> dict | None:
     """Estimate the whole study on this CPU from a few timed steps; None when CUDA is present."""
     if torch.cuda.is_available() and not force:
         print("CUDA is available: every train stage logs its expected time after its first steps.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ampbench.compare import ALPHA, _ms, _welch_p
+from ampbench.report.compare import ALPHA, _ms, _welch_p
 
 TUTORIAL, PROJECT = "tutorial's conditions", "project's defaults"
 VERDICTS = ("holds", "does not hold", "holds only under the tutorial's conditions", "not tested here")

@@ -69,13 +69,13 @@ def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
 
 
 def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
-    from ampbench import checkpoint
-    from ampbench.tracking import Tracker
+    from ampbench.checkpoints import files
+    from ampbench.tracking.tracker import Tracker
 
     run_ids = []
     for ckpt in sorted(variant_dir.glob("seed-*/checkpoint.pt")):
         try:
-            run_ids.append(checkpoint.load(ckpt)["run_id"])
+            run_ids.append(files.load(ckpt)["run_id"])
         except Exception:  # a checkpoint we cannot read names no run
             continue
     for run_file in sorted([*variant_dir.glob("seed-*/run.json"), variant_dir / "variant.json"]):

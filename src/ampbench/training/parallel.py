@@ -5,7 +5,7 @@ per-process batch from the global batch (the invariant across variants). When a 
 cannot use the devices it needs (DP without two GPUs, DDP on CPU processes) it still runs, warns,
 and reports the devices it really used, so no speed-up is claimed that did not happen.
 
-DDP processes are started by torchrun; see ``ampbench.launch``. Adding one (FSDP, say) is a new
+DDP processes are started by torchrun; see ``ampbench.stages.launch``. Adding one (FSDP, say) is a new
 class with the ``ParallelStrategy`` interface plus its entry in ``STRATEGIES``: the CLI, the
 config checks, DVC's matrix, bench and the loop take it from there and never test names.
 """

@@ -8,7 +8,7 @@ loop that feeds the GPU (measured on an H200: single-autocast fell from 344k to 
 So the loop only copies every tensor of the state into shared-memory files (``/dev/shm``, mapped
 once, reused from one save to the next) and sends a small message to a writer process started with
 the stage; that process builds the checkpoint from the same memory and writes it with
-``checkpoint.save`` (temp file, fsync, rename). At most one write is in flight: ``save`` first
+``files.save`` (temp file, fsync, rename). At most one write is in flight: ``save`` first
 waits for the previous one's answer, and ``wait`` joins it and raises its error.
 
 The writer runs in a session of its own and reads its instructions whole before writing, so a
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.utils import _pytree as pytree
 
-from ampbench import checkpoint
+from ampbench.checkpoints import files
 
 _SHM = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -61,9 +61,12 @@ class CheckpointWriter:
             if self._proc is not None:  # a dead writer: its replacement maps fresh buffers
                 self._discard()
             # Through `ampbench`: a warm-start server forks the writer at once (ampbench.warm).
-            self._proc = subprocess.Popen([sys.executable, "-m", "ampbench", "checkpoint-writer"],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          start_new_session=True)  # fmt: skip
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "ampbench", "checkpoint-writer"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
 
     def save(self, state: dict, path: Path, wait: bool = False) -> None:
         """Snapshot `state` (tensors anywhere in it) and have it written to `path` in the background.
@@ -99,7 +102,7 @@ class CheckpointWriter:
                 self._send(("stop",))
                 self._proc.stdin.close()
                 self._proc.wait(timeout=60)
-        except (checkpoint.CheckpointError, subprocess.TimeoutExpired):
+        except (files.CheckpointError, subprocess.TimeoutExpired):
             pass  # nothing is in flight any more: the writer may go
         finally:
             self._discard()
@@ -123,7 +126,7 @@ class CheckpointWriter:
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError) as err:
             self._discard()
-            raise checkpoint.CheckpointError(f"the checkpoint writer process is gone ({err})") from None
+            raise files.CheckpointError(f"the checkpoint writer process is gone ({err})") from None
         except BaseException:  # a partial message (Ctrl-C): the channel is unusable
             self._discard()
             raise
@@ -136,7 +139,7 @@ class CheckpointWriter:
         except (EOFError, OSError, pickle.UnpicklingError) as err:
             code = self._proc.poll()
             self._discard()
-            raise checkpoint.CheckpointError(
+            raise files.CheckpointError(
                 f"the checkpoint writer process died (exit code {code}, {err!r})"
             ) from None
         except BaseException:  # interrupted mid-answer: no way to tell which write it was
@@ -144,7 +147,7 @@ class CheckpointWriter:
             raise
         self._inflight = False
         if status != "ok":
-            raise checkpoint.CheckpointError(detail)
+            raise files.CheckpointError(detail)
         self.writes += 1
 
     def _snapshot(self, state: dict):
@@ -198,7 +201,7 @@ def _mapped(name: str, shape: tuple, dtype: str, reserve: bool = False) -> torch
                 os.close(fd)
         except OSError as err:
             Path(name).unlink(missing_ok=True)
-            raise checkpoint.CheckpointError(
+            raise files.CheckpointError(
                 f"no room for a checkpoint snapshot in {_SHM} ({err.strerror}: {nbytes / 2**20:.0f} MB "
                 "needed); free space there or enlarge it (docker: --shm-size)"
             ) from None
@@ -230,7 +233,7 @@ def _serve(inp, out) -> None:
                 [buffers[x.index] if isinstance(x, _Slot) else x for x in leaves], spec
             )
             try:
-                checkpoint.save(obj, Path(path))
+                files.save(obj, Path(path))
                 answer = ("ok", "")
             except Exception as err:  # CheckpointError (disk full, ...) goes back to the trainer
                 answer = ("error", str(err))

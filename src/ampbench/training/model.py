@@ -36,16 +36,25 @@ class AlexNet(nn.Module):
         super().__init__()
         bn = cfg.batch_norm
         self.features = nn.Sequential(
-            *_conv(3, 64, bn, stride=2), nn.MaxPool2d(2),
-            *_conv(64, 192, bn), nn.MaxPool2d(2),
-            *_conv(192, 384, bn), *_conv(384, 256, bn), *_conv(256, 256, bn), nn.MaxPool2d(2),
-        )  # fmt: skip
+            *_conv(3, 64, bn, stride=2),
+            nn.MaxPool2d(2),
+            *_conv(64, 192, bn),
+            nn.MaxPool2d(2),
+            *_conv(192, 384, bn),
+            *_conv(384, 256, bn),
+            *_conv(256, 256, bn),
+            nn.MaxPool2d(2),
+        )
         self.classifier = nn.Sequential(
             nn.Flatten(),
-            nn.Dropout(cfg.dropout), nn.Linear(256 * 2 * 2, cfg.fc_dim), nn.ReLU(inplace=True),
-            nn.Dropout(cfg.dropout), nn.Linear(cfg.fc_dim, cfg.fc_dim), nn.ReLU(inplace=True),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(256 * 2 * 2, cfg.fc_dim),
+            nn.ReLU(inplace=True),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.fc_dim, cfg.fc_dim),
+            nn.ReLU(inplace=True),
             nn.Linear(cfg.fc_dim, num_classes),
-        )  # fmt: skip
+        )
         self.register_buffer("mean", torch.tensor(MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("inv_std", 1 / (torch.tensor(STD).view(1, 3, 1, 1) * 255), False)
         # Set by the precision strategy; plain attributes so DataParallel replicas copy them.

@@ -13,22 +13,51 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from ampbench import engine, loader
-from ampbench.checkpoint_writer import CheckpointWriter
-from ampbench.model import DtypeProbe
-from ampbench.precision import scale_tensor
-from ampbench.step import Totals
+from ampbench.checkpoints.writer import CheckpointWriter
+from ampbench.config import Config
+from ampbench.training import build, loader, measure
+from ampbench.training.model import DtypeProbe
+from ampbench.training.parallel import ParallelStrategy
+from ampbench.training.precision import PrecisionStrategy, scale_tensor
+from ampbench.training.step import Totals
 
 log = logging.getLogger(__name__)
 
 
-def train_seed(job: engine.Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
+class Stopped(Exception):
+    """Training stopped on request (SIGTERM / Ctrl-C) after saving a checkpoint."""
+
+
+@dataclass
+class Job:
+    """One seed of one variant: what to train, on what, where its checkpoint goes."""
+
+    cfg: Config
+    precision: PrecisionStrategy
+    strategy: ParallelStrategy
+    data: dict
+    seed: int
+    checkpoint_path: Path
+    stop_requested: Callable[[], bool] = lambda: False
+    progress: object | None = None  # progress.StageProgress: stage bar and time estimates
+    writer: object | None = None  # checkpoint_writer.CheckpointWriter shared by a stage's seeds
+
+
+class NullHooks:
+    def on_epoch(self, epoch: int, metrics: dict) -> None:
+        pass
+
+
+def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
     """Train one seed; return {"result", "history", "state_dict"}. Raises Stopped after a stop."""
-    run = SeedTraining(job, hooks or engine.NullHooks(), resume, meta)
+    run = SeedTraining(job, hooks or NullHooks(), resume, meta)
     try:
         for epoch in range(run.state["epoch"], job.cfg.train.epochs):
             metrics = run.train_epoch(epoch)
@@ -43,23 +72,24 @@ def train_seed(job: engine.Job, hooks=None, resume: dict | None = None, meta: di
 class SeedTraining:
     """One seed's state between epochs: trainer, step, data, history, the checkpoint writer."""
 
-    def __init__(self, job: engine.Job, hooks, resume: dict | None, meta: dict | None) -> None:
+    def __init__(self, job: Job, hooks, resume: dict | None, meta: dict | None) -> None:
         t0 = time.perf_counter()
         self.job, self.cfg, self.strategy, self.hooks = job, job.cfg, job.strategy, hooks
         t, self.device = job.cfg.train, job.strategy.device
         torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
         self.batches = loader.make(t.loader, job.data, t.batch_size, job.strategy, job.seed, t.workers)
         total = t.epochs * len(self.batches)
-        self.trainer = engine.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
-        self.step = engine.make_step(self.trainer, job.cfg, job.strategy)
+        self.trainer = build.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
+        self.step = build.make_step(self.trainer, job.cfg, job.strategy)
         self.probe = DtypeProbe(self.trainer.raw_model)  # what each (DataParallel) replica really ran
         self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
         if resume:
             self.trainer.load(resume)
             self.state.update({k: resume[k] for k in ("epoch", "step", "history", "stats")})
             self.state["elapsed"] = resume.get("elapsed", 0.0)
-            log.info("resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"],
-                     self.state["step"])  # fmt: skip
+            log.info(
+                "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"], self.state["step"]
+            )
         self.test = (job.data["test_images"].to(self.device), job.data["test_labels"].to(self.device))
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -80,7 +110,7 @@ class SeedTraining:
         stats.reset(self.state["stats"] if resumed else None)
         before = self.state.get("elapsed", 0.0) if resumed else 0.0  # a resumed epoch's first part
         self.trainer.model.train()
-        engine.sync(self.device)
+        measure.sync(self.device)
         t0 = time.perf_counter()
         n = len(self.batches)
         bar = tqdm(
@@ -90,7 +120,7 @@ class SeedTraining:
             leave=False,
             desc=f"seed {self.job.seed} epoch {epoch + 1}/{t.epochs}",
             disable=None if self.strategy.is_main else True,
-        )  # fmt: skip  None: off without a tty
+        )  # None: off without a tty
         for i, (images, labels) in enumerate(bar, start=first):
             self.step(images, labels)
             self.trainer.sched.step()
@@ -99,10 +129,10 @@ class SeedTraining:
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
             if check and self.strategy.any(self.job.stop_requested()):
-                engine.sync(self.device)
+                measure.sync(self.device)
                 self.save(epoch, i + 1, stats.snapshot(), before + time.perf_counter() - t0, wait=True)
-                raise engine.Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
-        engine.sync(self.device)
+                raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
+        measure.sync(self.device)
         seconds = before + time.perf_counter() - t0
         self.totals = stats.totals(self.strategy)
         lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
@@ -114,7 +144,7 @@ class SeedTraining:
         if not (t.eval_each_epoch or epoch == t.epochs - 1):
             return {}
         t0 = time.perf_counter()
-        acc = engine.accuracy(self.trainer.raw_model, *self.test, t.eval_flip)
+        acc = measure.accuracy(self.trainer.raw_model, *self.test, t.eval_flip)
         self.times["eval_seconds"] += time.perf_counter() - t0
         return {"test_accuracy": acc}
 
@@ -153,8 +183,13 @@ class SeedTraining:
         self.state.update(epoch=epoch, step=step_in_epoch, stats=partial, elapsed=elapsed)
         # metrics the tracking store has not taken yet: a re-run sends them
         pending = self.hooks.state() if hasattr(self.hooks, "state") else None
-        full = {**self.state, **self.trainer.state(), "rng_cpu": torch.get_rng_state(), "seed": self.job.seed,
-                "hooks": pending}  # fmt: skip
+        full = {
+            **self.state,
+            **self.trainer.state(),
+            "rng_cpu": torch.get_rng_state(),
+            "seed": self.job.seed,
+            "hooks": pending,
+        }
         self.writer.save(full, self.job.checkpoint_path, wait=wait)
 
     def summary(self) -> dict:
@@ -165,7 +200,7 @@ class SeedTraining:
             train_seconds=sum(h["epoch_seconds"] for h in hist),
             first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
             images_per_second=sum(h["epoch_images_per_second"] for h in steady) / max(1, len(steady)),
-            peak_memory_mb=engine.peak_memory_mb(self.device),
+            peak_memory_mb=measure.peak_memory_mb(self.device),
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
             replica_dtypes=self.probe.fact() or "not recorded (no training step ran)",

@@ -24,12 +24,14 @@ import threading
 import time
 from pathlib import Path
 
-from ampbench import checkpoint, data, engine, loader, loop, parallel, precision, progress
-from ampbench import train_runs as runs
-from ampbench.checkpoint_writer import CheckpointWriter
+from ampbench.checkpoints import files
+from ampbench.checkpoints.writer import CheckpointWriter
 from ampbench.config import Config
+from ampbench.data import prepared
 from ampbench.timing import StageClock
-from ampbench.tracking import EpochHooks, Tracker
+from ampbench.tracking import train_runs as runs
+from ampbench.tracking.tracker import EpochHooks, Tracker
+from ampbench.training import loader, loop, parallel, precision, progress
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ def variant_name(parallel_name: str, precision_name: str) -> str:
 
 
 def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> dict | None:
-    state = checkpoint.load(ckpt) if ckpt.exists() else None
+    state = files.load(ckpt) if ckpt.exists() else None
     strategy.barrier()  # every rank has read it before rank 0 may discard it
     if state is None:
         return None
@@ -106,14 +108,21 @@ def _refuse_foreign_checkpoints(work: Path, cfg: Config, variant: str, fresh: bo
     digest = cfg.digest()
     for seed in cfg.train.seeds:
         ckpt = work / f"seed-{seed}" / "checkpoint.pt"
-        state = checkpoint.load(ckpt) if ckpt.exists() else None
+        state = files.load(ckpt) if ckpt.exists() else None
         if state and (state.get("config_digest"), state.get("variant")) != (digest, variant):
             raise _foreign(ckpt, state, variant, digest)
 
 
-def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_dir: Path,
-                  data_file: Path, fresh: bool = False, stop=None,
-                  work_dir: Path = Path("checkpoints")) -> list[dict]:  # fmt: skip
+def train_variant(
+    cfg: Config,
+    parallel_name: str,
+    precision_name: str,
+    models_dir: Path,
+    data_file: Path,
+    fresh: bool = False,
+    stop=None,
+    work_dir: Path = Path("checkpoints"),
+) -> list[dict]:
     """Train every seed of one variant; return each seed's result (rank 0; others get [])."""
     clock = StageClock()  # where the stage's seconds go: time/* on the variant run
     variant = variant_name(parallel_name, precision_name)
@@ -122,7 +131,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
     try:
         # Everything that can be checked is checked before MLflow or models/ are touched.
         per_process = strategy.per_process_batch(cfg.train.batch_size)
-        dataset = data.load_dataset(data_file)
+        dataset = prepared.load_dataset(data_file)
         loader.check_batch(cfg.train.batch_size, dataset)
         tf32 = precision.disable_tf32()
         work = work_dir / variant
@@ -142,8 +151,15 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
             prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
             for seed in cfg.train.seeds:
                 ckpt = work / f"seed-{seed}" / "checkpoint.pt"
-                job = engine.Job(cfg, precision.PRECISIONS[precision_name], strategy, dataset, seed, ckpt,
-                                 stop or (lambda: False))  # fmt: skip
+                job = loop.Job(
+                    cfg,
+                    precision.PRECISIONS[precision_name],
+                    strategy,
+                    dataset,
+                    seed,
+                    ckpt,
+                    stop or (lambda: False),
+                )
                 job.progress, job.writer = prog, writer
                 extra = {"per_process_batch": per_process, **tf32}
                 results.append(_train_one(job, variant, stage, extra, fresh))
@@ -156,7 +172,7 @@ def train_variant(cfg: Config, parallel_name: str, precision_name: str, models_d
         except BaseException as err:
             # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
             runs.end_variant_run(
-                stage, "KILLED" if isinstance(err, (engine.Stopped, KeyboardInterrupt)) else "FAILED"
+                stage, "KILLED" if isinstance(err, (loop.Stopped, KeyboardInterrupt)) else "FAILED"
             )
             raise
         finally:
@@ -185,25 +201,26 @@ def _publish(work: Path, out: Path, seeds) -> None:
     shutil.rmtree(work)
 
 
-def _finished(job: engine.Job, variant: str, digest: str) -> dict | None:
+def _finished(job: loop.Job, variant: str, digest: str) -> dict | None:
     """A seed this stage already trained (its model.pt in the work folder), else None."""
     final = job.checkpoint_path.with_name("model.pt")
     if not final.exists():
         return None
-    saved = checkpoint.load(final)
+    saved = files.load(final)
     if saved.get("config_digest") == digest and saved.get("variant") == variant:
         return saved
     return None
 
 
-def _train_one(job: engine.Job, variant: str, stage: runs.Stage | None, extra: dict, fresh: bool) -> dict:
+def _train_one(job: loop.Job, variant: str, stage: runs.Stage | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
     done = _finished(job, variant, digest)
     strategy.barrier()  # every rank has decided before rank 0 may write anything
     if done:
-        log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed,
-                 done["run_id"])  # fmt: skip
+        log.info(
+            "seed %d: already trained in this stage (run %s), not trained again", job.seed, done["run_id"]
+        )
         if main:
             runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return {"seed": job.seed, "run_id": done["run_id"], **done["result"]}
@@ -221,17 +238,26 @@ def _train_one(job: engine.Job, variant: str, stage: runs.Stage | None, extra: d
     except BaseException as err:
         if main:
             hooks.close()  # the epochs it has sent arrive before the run is ended
-            stage.tracker.end_quietly(run_id, "KILLED" if isinstance(err, engine.Stopped) else "FAILED")
+            stage.tracker.end_quietly(run_id, "KILLED" if isinstance(err, loop.Stopped) else "FAILED")
         raise
     if main:
         hooks.close()  # the sender's last try; what it could not send stays pending (model.pt)
         t0 = time.perf_counter()
         final = job.checkpoint_path.with_name("model.pt")
-        saved = {"state_dict": out["state_dict"], "config": dataclasses.asdict(cfg), "variant": variant,
-                 "seed": job.seed, "run_id": run_id, "variant_run_id": stage.variant_run_id,
-                 "config_digest": digest, "classes": list(job.data["classes"]), "result": out["result"],
-                 "history": out["history"], "pending_metrics": hooks.state()}  # fmt: skip
-        checkpoint.save(saved, final)
+        saved = {
+            "state_dict": out["state_dict"],
+            "config": dataclasses.asdict(cfg),
+            "variant": variant,
+            "seed": job.seed,
+            "run_id": run_id,
+            "variant_run_id": stage.variant_run_id,
+            "config_digest": digest,
+            "classes": list(job.data["classes"]),
+            "result": out["result"],
+            "history": out["history"],
+            "pending_metrics": hooks.state(),
+        }
+        files.save(saved, final)
         job.checkpoint_path.unlink(missing_ok=True)
         out["result"]["model_save_seconds"] = time.perf_counter() - t0
         runs.close_seed_run(stage, saved, final, out["result"])

@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
-from ampbench import precision
-from ampbench.model import forward_context
+from ampbench.training import precision
+from ampbench.training.model import forward_context
 
 
 @dataclass

@@ -12,7 +12,7 @@ syncs in all), and then logs, on rank 0 only:
   evaluate and compare stages,
 - and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
 
-The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.estimate``.
+The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.training.estimate``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from ampbench.config import Config
-from ampbench.engine import sync
-from ampbench.estimate import (
+from ampbench.timing import process_age
+from ampbench.training.estimate import (
     DEMO_HINT,
     LONG_ON_CPU_S,
     eval_steps,
@@ -35,7 +35,7 @@ from ampbench.estimate import (
     seed_steps,
     study_variants,
 )
-from ampbench.timing import process_age
+from ampbench.training.measure import sync
 
 # Re-exported: `ampbench estimate` calls progress.preflight.
 __all__ = ["StageProgress", "fmt_duration", "for_stage", "preflight", "process_seconds"]
@@ -56,11 +56,21 @@ _LOADED = time.monotonic()
 class StageProgress:
     """One train stage's progress bar, step timing and time estimates (quiet on ranks > 0)."""
 
-    def __init__(self, cfg: Config, variant: str, steps_per_epoch: int, n_test: int, device_type: str,
-                 enabled: bool = True, warmup_steps: int = 2, min_timed_s: float = 1.0,
-                 min_timed_steps: int = 3, models_dir: Path = Path("models"),
-                 work_dir: Path = Path("checkpoints"),
-                 params_file: str | Path = "params.yaml") -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        variant: str,
+        steps_per_epoch: int,
+        n_test: int,
+        device_type: str,
+        enabled: bool = True,
+        warmup_steps: int = 2,
+        min_timed_s: float = 1.0,
+        min_timed_steps: int = 3,
+        models_dir: Path = Path("models"),
+        work_dir: Path = Path("checkpoints"),
+        params_file: str | Path = "params.yaml",
+    ) -> None:
         self.cfg, self.variant, self.spe, self.n_test = cfg, variant, steps_per_epoch, n_test
         self.device_type, self.enabled = device_type, enabled
         self.seeds = list(cfg.train.seeds)
@@ -80,8 +90,14 @@ class StageProgress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=len(self.seeds) * self.per_seed, desc=f"{variant} (all seeds)",
-                            unit="step", position=0, dynamic_ncols=True, disable=None)  # fmt: skip
+            self.bar = tqdm(
+                total=len(self.seeds) * self.per_seed,
+                desc=f"{variant} (all seeds)",
+                unit="step",
+                position=0,
+                dynamic_ncols=True,
+                disable=None,
+            )
 
     # --- called by loop.train_seed -------------------------------------------------------
     def start_seed(self, seed: int, epoch: int = 0, step: int = 0) -> None:
@@ -146,8 +162,10 @@ class StageProgress:
         for variant in study_variants(self.params_file):
             if variant == self.variant:
                 continue
-            steps = sum(remaining_seed_steps(cfg, variant, s, self.spe, self.n_test, self.models_dir,
-                                             self.work_dir) for s in self.seeds)  # fmt: skip
+            steps = sum(
+                remaining_seed_steps(cfg, variant, s, self.spe, self.n_test, self.models_dir, self.work_dir)
+                for s in self.seeds
+            )
             if steps:
                 others += 1
                 total += steps * self.step_s + len(self.seeds) * (self.seed_setup_s or 0.0)
@@ -162,9 +180,12 @@ class StageProgress:
         elapsed = process_seconds()
         stage_left = self.stage_left_s()
         study_left, others = self.study_left_s(stage_left)
-        self.estimate = {"step_seconds": self.step_s, "stage_seconds": elapsed + stage_left,
-                         "stage_left_seconds": stage_left,
-                         "study_left_seconds": stage_left + study_left}  # fmt: skip
+        self.estimate = {
+            "step_seconds": self.step_s,
+            "stage_seconds": elapsed + stage_left,
+            "stage_left_seconds": stage_left,
+            "study_left_seconds": stage_left + study_left,
+        }
         if not self.enabled:
             return self.estimate
         t = self.cfg.train
@@ -174,27 +195,47 @@ class StageProgress:
             "still needs about %s on this machine (this stage, %d other unfinished variant(s) of "
             "%d, their evaluations and the comparison), assuming the other variants run at this "
             "one's speed.",
-            self.variant, self.step_s, t.batch_size, self.device_type, len(self.seeds), t.epochs,
-            self.spe, fmt_duration(elapsed + stage_left), fmt_duration(stage_left),
-            fmt_duration(stage_left + study_left), others, len(study_variants(self.params_file)),
-        )  # fmt: skip
+            self.variant,
+            self.step_s,
+            t.batch_size,
+            self.device_type,
+            len(self.seeds),
+            t.epochs,
+            self.spe,
+            fmt_duration(elapsed + stage_left),
+            fmt_duration(stage_left),
+            fmt_duration(stage_left + study_left),
+            others,
+            len(study_variants(self.params_file)),
+        )
         if self.device_type == "cpu" and stage_left + study_left > LONG_ON_CPU_S:
             note = ""
             if self.variant.endswith("fp32"):
-                note = (" On CPUs without native bfloat16 (AVX2 only) the autocast variants run "
-                        "several times slower than fp32: `ampbench estimate` measures both.")  # fmt: skip
+                note = (
+                    " On CPUs without native bfloat16 (AVX2 only) the autocast variants run "
+                    "several times slower than fp32: `ampbench estimate` measures both."
+                )
             log.warning("%s%s", DEMO_HINT, note)
         if self.bar is not None:
             self.bar.set_postfix_str(f"stage ~{fmt_duration(elapsed + stage_left)}", refresh=True)
         return self.estimate
 
 
-def for_stage(cfg: Config, variant: str, dataset: dict, strategy, models_dir: Path,
-              work_dir: Path) -> StageProgress:  # fmt: skip
+def for_stage(
+    cfg: Config, variant: str, dataset: dict, strategy, models_dir: Path, work_dir: Path
+) -> StageProgress:
     """The StageProgress of one train stage (what train.train_variant builds before its seeds)."""
     steps_per_epoch = len(dataset["train_labels"]) // cfg.train.batch_size
     # CUDA graphs: eager warm-up steps, then the capture; CPU: the first steps allocate.
     warmup = getattr(strategy, "graph_warmup_steps", 0) + 2 if strategy.device.type == "cuda" else 2
-    return StageProgress(cfg, variant, steps_per_epoch, len(dataset["test_labels"]), strategy.device.type,
-                         enabled=strategy.is_main, warmup_steps=warmup, models_dir=models_dir,
-                         work_dir=work_dir)  # fmt: skip
+    return StageProgress(
+        cfg,
+        variant,
+        steps_per_epoch,
+        len(dataset["test_labels"]),
+        strategy.device.type,
+        enabled=strategy.is_main,
+        warmup_steps=warmup,
+        models_dir=models_dir,
+        work_dir=work_dir,
+    )

@@ -14,10 +14,18 @@ from pathlib import Path
 
 import torch
 
-from ampbench import data, engine
 from ampbench.config import Config
+from ampbench.data import prepared
 from ampbench.timing import StageClock
-from ampbench.tracking import CONDITIONS_TAG, KIND_TAG, EpochHooks, Tracker, TrackingError, environment_facts
+from ampbench.tracking.tracker import (
+    CONDITIONS_TAG,
+    KIND_TAG,
+    EpochHooks,
+    Tracker,
+    TrackingError,
+    environment_facts,
+)
+from ampbench.training import loop
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +35,32 @@ def log_breakdown(stage: Stage, clock: StageClock, results: list[dict]) -> None:
     seeds = {k: sum(r.get(k, 0.0) for r in results) for k in SEED_TIMES}
     values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
     nan = float("nan")
-    log.info("stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
-             "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
-             values.get("time/stage_seconds", nan), values.get("time/startup_seconds", nan),
-             clock.parts["setup"], clock.parts.get("seeds", 0.0), seeds["train_seconds"],
-             seeds["eval_seconds"], seeds["checkpoint_seconds"], seeds["logging_seconds"],
-             seeds["model_save_seconds"], clock.parts["publish"])  # fmt: skip
+    log.info(
+        "stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
+        "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
+        values.get("time/stage_seconds", nan),
+        values.get("time/startup_seconds", nan),
+        clock.parts["setup"],
+        clock.parts.get("seeds", 0.0),
+        seeds["train_seconds"],
+        seeds["eval_seconds"],
+        seeds["checkpoint_seconds"],
+        seeds["logging_seconds"],
+        seeds["model_save_seconds"],
+        clock.parts["publish"],
+    )
     stage.tracker.log_metrics(stage.variant_run_id, values)
 
 
 # Per-seed seconds by part (loop.SeedTraining and _train_one), summed per stage too.
-SEED_TIMES = ("train_seconds", "eval_seconds", "checkpoint_seconds", "logging_seconds", "setup_seconds",
-              "model_save_seconds")  # fmt: skip
+SEED_TIMES = (
+    "train_seconds",
+    "eval_seconds",
+    "checkpoint_seconds",
+    "logging_seconds",
+    "setup_seconds",
+    "model_save_seconds",
+)
 
 
 def end_variant_run(stage: Stage | None, status: str) -> None:
@@ -51,7 +73,7 @@ class Stage:
 
     def __init__(self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config) -> None:
         self.tracker, self.variant_run_id = tracker, variant_run_id
-        self.data_digest = data.file_digest(data_file)
+        self.data_digest = prepared.file_digest(data_file)
         self.data_source = cfg.data.url
         self.system_metrics = cfg.tracking.system_metrics == "always" or (
             cfg.tracking.system_metrics == "auto" and torch.cuda.is_available()
@@ -80,27 +102,48 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
         return known["run_id"]
     parallel_name, precision_name = variant.split("-", 1)
     tags = {"parallel": parallel_name, "precision": precision_name}
-    params = {"variant": variant, **tags, "seeds": ",".join(map(str, cfg.train.seeds)),
-              "config_digest": digest, **environment_facts()}  # fmt: skip
+    params = {
+        "variant": variant,
+        **tags,
+        "seeds": ",".join(map(str, cfg.train.seeds)),
+        "config_digest": digest,
+        **environment_facts(),
+    }
     run_id = tracker.variant_run(variant, {**tags, CONDITIONS_TAG: cfg.tracking.conditions}, params)
     write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
     return run_id
 
 
-def seed_run(stage: Stage, job: engine.Job, variant: str, digest: str, extra: dict) -> str:
+def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict) -> str:
     """A new seed run, or the one a crash before the first checkpoint left behind."""
     record = job.checkpoint_path.with_name("run.json")
     known = read_json(record)
     if known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"]):
         stage.tracker.resume(known["run_id"])
-        log.info("seed %d: continuing MLflow run %s (it ended before its first checkpoint)", job.seed,
-                 known["run_id"])  # fmt: skip
+        log.info(
+            "seed %d: continuing MLflow run %s (it ended before its first checkpoint)",
+            job.seed,
+            known["run_id"],
+        )
         return known["run_id"]
     parallel_name, precision_name = variant.split("-", 1)
-    params = {**job.cfg.flat(), "variant": variant, "parallel": parallel_name, "precision": precision_name,
-              "seed": job.seed, **environment_facts(), **extra}  # fmt: skip
-    tags = {KIND_TAG: "seed", "variant": variant, "parallel": parallel_name, "precision": precision_name,
-            "seed": job.seed, CONDITIONS_TAG: job.cfg.tracking.conditions}  # fmt: skip
+    params = {
+        **job.cfg.flat(),
+        "variant": variant,
+        "parallel": parallel_name,
+        "precision": precision_name,
+        "seed": job.seed,
+        **environment_facts(),
+        **extra,
+    }
+    tags = {
+        KIND_TAG: "seed",
+        "variant": variant,
+        "parallel": parallel_name,
+        "precision": precision_name,
+        "seed": job.seed,
+        CONDITIONS_TAG: job.cfg.tracking.conditions,
+    }
     run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
     stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
     write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher
@@ -121,8 +164,16 @@ def close_seed_run(stage: Stage, saved: dict, final: Path, timed: dict | None = 
         facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
         facts.update(devices_used=result["devices_used"], world_size=result["world_size"])
         tracker.log_params(run_id, facts)
-        summary = {k: result[k] for k in ("train_seconds", "first_epoch_seconds", "images_per_second",
-                                          "peak_memory_mb", "epochs_completed")}  # fmt: skip
+        summary = {
+            k: result[k]
+            for k in (
+                "train_seconds",
+                "first_epoch_seconds",
+                "images_per_second",
+                "peak_memory_mb",
+                "epochs_completed",
+            )
+        }
         summary["diverged"] = int(result["diverged"])
         summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
@@ -153,8 +204,9 @@ class SystemMetrics:
     (docs/BENCHMARKS.md); with a warm-start server the process is a fork that starts at once."""
 
     def __init__(self, run_id: str, uri: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "ampbench", "system-metrics", run_id, uri],
-                                     stdin=subprocess.PIPE)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ampbench", "system-metrics", run_id, uri], stdin=subprocess.PIPE
+        )
 
     def finish(self) -> None:
         """Stop sampling: the sampler logs what it holds and ends the run's system metrics."""

@@ -1,0 +1,1 @@
+"""What a seed's training leaves on disk: checkpoints and model files, written atomically."""
