@@ -25,10 +25,6 @@ import pytest
 import torch
 import yaml
 
-# Stages in tests run as plain processes: a warm-start server (ampbench.warm) shared by tests would
-# outlive them. tests/test_warm.py turns it on for its own, in a private socket folder.
-os.environ["AMPBENCH_WARM"] = "0"
-
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent  # dvc, mlflow, torchrun of the venv that runs the tests
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

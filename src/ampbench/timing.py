@@ -6,14 +6,10 @@ import math
 import os
 import time
 
-# Seconds the process that asked for this one had lived before it did: a stage forked by the warm
-# server (ampbench.warm) counts its client's start as part of its own start-up.
-LAUNCHED_BEFORE_S = 0.0
-
 
 def process_age() -> float:
     """Seconds since this process started (interpreter start and imports included), from the kernel's
-    record of it (/proc), plus its warm-start client's age (LAUNCHED_BEFORE_S); nan without /proc."""
+    record of it (/proc); nan without /proc."""
     try:
         with open("/proc/self/stat") as f:
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
@@ -21,7 +17,7 @@ def process_age() -> float:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return math.nan
-    return uptime - start_ticks / os.sysconf("SC_CLK_TCK") + LAUNCHED_BEFORE_S
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 class StageClock:
