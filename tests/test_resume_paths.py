@@ -209,3 +209,26 @@ def test_dataset_input_race_is_retried_and_never_fails_training(tmp_path, monkey
     monkeypatch.setattr(tracker.client, "log_inputs", broken)
     tracker.log_dataset(run_id, "cifar10-test", "cd" * 20, "/data.tar.gz", "evaluation")  # no raise
     assert "could not record dataset cifar10-test" in caplog.text
+
+
+def test_epoch_hooks_close_returns_when_the_store_times_out():
+    """The sender's failed flush and close() racing: close() must not wait for ever."""
+    import threading
+
+    from ampbench.tracking.epoch_hooks import EpochHooks
+
+    class SlowDeadStore:
+        uri = "test://down"
+
+        def log_metrics(self, run_id, metrics, step=None):
+            time.sleep(0.3)
+            raise RuntimeError("store down")
+
+    hooks = EpochHooks(SlowDeadStore(), "run")
+    hooks.on_epoch(1, {"train_loss": 1.0})
+    time.sleep(0.05)  # the sender is inside its failing flush
+    closing = threading.Thread(target=hooks.close)
+    closing.start()
+    closing.join(10)
+    assert not closing.is_alive(), "close() hung"
+    assert hooks.state() == [[1, {"train_loss": 1.0}]]  # kept for the checkpoint / a re-run

@@ -268,7 +268,7 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
     dataset = make_dataset()
     torch.manual_seed(seed)  # identical initial weights in every process, as in trainer.train_seed
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, seed, t.workers)
-    prec = precision.PRECISIONS["fp32"]
+    prec = precision.REGISTRY["fp32"]
     trainer = build.setup(cfg, prec, strategy, 10, t.epochs * len(batches))
     initial = {k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()}
     step = build.make_step(trainer, cfg, strategy)
@@ -367,13 +367,13 @@ def _record_dtypes(model: nn.Module) -> list:
 @pytest.mark.parametrize(
     ("precision_name", "expected"),
     # CPU autocast runs bfloat16 for every autocast precision (precision.CPU_AUTOCAST_DTYPE).
-    [(name, torch.float32 if name == "fp32" else torch.bfloat16) for name in precision.PRECISIONS],
+    [(name, torch.float32 if name == "fp32" else torch.bfloat16) for name in precision.REGISTRY],
 )
 def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
     cpu = torch.device("cpu")
     cfg = _tiny_cfg()
     model = build.build_model(cfg, 10, cpu)
-    _, facts = precision.PRECISIONS[precision_name].apply(model, cpu)
+    facts = precision.REGISTRY[precision_name].setup(model, cpu).facts
     assert facts["amp_dtype"] == str(expected).removeprefix("torch.")
     seen = _record_dtypes(model)
     images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
@@ -387,7 +387,7 @@ def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
 def test_each_precision_names_its_cuda_dtype_and_scaler():
     """What runs on a GPU (dtype_on needs no GPU): the tutorial's float16 twice, bfloat16 once."""
     cuda = torch.device("cuda")
-    found = {name: (p.dtype_on(cuda), p.grad_scaler) for name, p in precision.PRECISIONS.items()}
+    found = {name: (p.dtype_on(cuda), p.grad_scaler) for name, p in precision.REGISTRY.items()}
     assert found == {
         "fp32": (None, False),
         "autocast": (torch.float16, False),
@@ -407,7 +407,7 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     device = strategy.setup()
     raw = build.build_model(cfg, 10, device)
     # bfloat16, not autocast's default float16: a replica that lost the dtype would show float16.
-    precision.PRECISIONS["autocast_bf16"].apply(raw, device)
+    precision.REGISTRY["autocast_bf16"].setup(raw, device)
     model = strategy.wrap(raw)
     assert isinstance(model, nn.DataParallel)
     seen = _record_dtypes(raw)  # replicas share the hooks of the module they copy
@@ -463,7 +463,7 @@ def test_epoch_without_a_finite_loss_has_no_train_loss(tmp_path):
     cfg = _tiny_cfg(epochs=2, lr=1.0e6, checkpoint_every_s=60.0)
     job = loop.Job(
         cfg,
-        precision.PRECISIONS["autocast_gradscaler"],
+        precision.REGISTRY["autocast_gradscaler"],
         parallel.Single(),
         make_dataset(),
         0,
@@ -481,7 +481,7 @@ def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
     """One epoch of 5 steps trains (warm-up stretched to 1.5 steps); 3 steps are refused clearly."""
     cfg = _tiny_cfg(epochs=1, batch_size=12, checkpoint_every_s=60.0)
     job = loop.Job(
-        cfg, precision.PRECISIONS["fp32"], parallel.Single(), make_dataset(), 0, tmp_path / "checkpoint.pt"
+        cfg, precision.REGISTRY["fp32"], parallel.Single(), make_dataset(), 0, tmp_path / "checkpoint.pt"
     )
     assert loop.train_seed(job)["result"]["epochs_completed"] == 1
     job.cfg = _tiny_cfg(epochs=1, batch_size=20)
@@ -519,7 +519,7 @@ def test_ddp_runs_unchanged_under_an_outer_torchrun(project: Path):
 def test_momentum_buffers_start_at_zero():
     """Fused SGD would create them uninitialised on a first step GradScaler skips (CUDA)."""
     cfg = _tiny_cfg()
-    prec = precision.PRECISIONS["autocast_gradscaler"]
+    prec = precision.REGISTRY["autocast_gradscaler"]
     trainer = build.setup(cfg, prec, parallel.Single(), 10, 10)
     raw, opt = trainer.raw_model, trainer.opt
     params = list(raw.parameters())
@@ -555,16 +555,37 @@ def test_ddp_world_of_one_checks_stop_without_a_collective(monkeypatch):
     assert strategy.any(True) is True and strategy.any(False) is False
 
 
-@pytest.mark.parametrize("bad", [False, True])
-def test_found_inf_says_whether_gradscaler_skipped_the_step(bad: bool):
+def _param_and_sgd() -> tuple[nn.Parameter, torch.optim.Optimizer]:
     w = nn.Parameter(torch.ones(3))
-    opt = torch.optim.SGD([w], lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
-    loss = (w * torch.tensor([1.0, float("inf") if bad else 2.0, 3.0])).sum()
-    scaler.scale(loss).backward()
-    scaler.unscale_(opt)
-    scaler.step(opt)
-    assert float(precision.found_inf(scaler, opt)) == float(bad)
-    scaler.update()
+    return w, torch.optim.SGD([w], lr=0.1)
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_precision_run_says_whether_gradscaler_skipped_the_step(bad: bool):
+    """optimizer_step returns the scaler's own found-inf flag, read before update() resets it."""
+    w, opt = _param_and_sgd()
+    run = precision.REGISTRY["autocast_gradscaler"].setup(nn.Linear(1, 1), torch.device("cpu"))
+    assert float(run.scale()) == 1.0  # GradScaler makes its scale tensor on the first backward
+    run.backward((w * torch.tensor([1.0, float("inf") if bad else 2.0, 3.0])).sum())
+    skipped = run.optimizer_step(opt)
+    assert isinstance(skipped, torch.Tensor) and float(skipped) == float(bad)
     assert torch.equal(w.detach(), torch.ones(3)) == bad  # skipped: weights untouched
-    assert precision.found_inf(torch.amp.GradScaler("cpu", enabled=False), opt) is None
+    assert float(run.scale()) == (2.0**15 if bad else 2.0**16)  # a skip halves the initial 2**16
+    assert not run.diverged(nonfinite_losses=1, scale_floor=1.0)  # skips are the scaler's job
+    assert run.diverged(nonfinite_losses=0, scale_floor=2.0**17)  # a collapsed scale is not
+
+
+def test_precision_run_without_a_scaler_and_the_scalers_state():
+    cpu = torch.device("cpu")
+    w, opt = _param_and_sgd()
+    plain = precision.REGISTRY["fp32"].setup(nn.Linear(1, 1), cpu)
+    plain.backward((w * 2).sum())
+    assert plain.optimizer_step(opt) is None and not torch.equal(w.detach(), torch.ones(3))
+    assert float(plain.scale()) == 1.0 and plain.state_dict() == {}
+    assert plain.diverged(nonfinite_losses=1, scale_floor=1e30) and not plain.diverged(0, 1e30)
+    scaled = precision.REGISTRY["autocast_gradscaler"].setup(nn.Linear(1, 1), cpu)
+    scaled.backward((w * float("inf")).sum())
+    scaled.optimizer_step(opt)  # skipped: the scale halves
+    resumed = precision.REGISTRY["autocast_gradscaler"].setup(nn.Linear(1, 1), cpu)
+    resumed.load_state_dict(scaled.state_dict())  # what a checkpoint's "scaler" entry restores
+    assert resumed.state_dict() == scaled.state_dict() and scaled.state_dict()["scale"] == 2.0**15

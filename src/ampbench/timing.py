@@ -25,8 +25,10 @@ class StageClock:
     set-up is done records its seconds. ``breakdown()`` adds the start-up (process start to this
     clock's creation) and the stage total, as `time/<part>_seconds` MLflow metric names."""
 
-    def __init__(self) -> None:
-        self.startup = process_age()
+    def __init__(self, startup: float | None = None) -> None:
+        # startup: the process's age (default), or 0 for a later part of a process that does
+        # several units of work (evaluate's variants after the first)
+        self.startup = process_age() if startup is None else startup
         self.t0 = self.last = time.perf_counter()
         self.parts: dict[str, float] = {}
 

@@ -1,4 +1,4 @@
-"""Stage `evaluate@<parallel>-<precision>`: score each seed's model on the full test set.
+"""Stage `evaluate`: score each variant's seed models on the full test set.
 
     ampbench evaluate --parallel single --precision autocast
 
@@ -10,7 +10,7 @@ reference to ``model.pt`` by default; ``export``: a ``torch.export`` program tha
 images to the class scores this stage ranks, so ``mlflow.pyfunc.load_model(uri).predict``
 reproduces its accuracy), the scores linked to it. The variant's run gets the mean and std over
 seeds and the mean per-epoch curves: one row per variant in the UI. Writes DVC metrics
-(``reports/metrics/<variant>.json``) and plot data (``reports/plots/<variant>/``).
+(``reports/metrics/<variant>.json``) and plot data (``reports/plots/{curves,confusion}/<variant>.csv``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
-from ampbench.checkpoints import files
+from ampbench.checkpoints.state import ModelFile
 from ampbench.config import ModelConfig
 from ampbench.timing import StageClock
-from ampbench.tracking import evaluate_runs as runs
+from ampbench.tracking import evaluate_runs
 from ampbench.training import precision
 from ampbench.training.measure import predict
 from ampbench.training.model import AlexNet
@@ -75,11 +75,11 @@ def _retrain_hint(path: Path) -> str:
     )
 
 
-def _build_model(saved: dict, path: Path) -> torch.nn.Module:
+def _build_model(saved: ModelFile, path: Path) -> torch.nn.Module:
     """The AlexNet the file's own config describes, with its weights; a clear error if they disagree."""
     try:
-        model = AlexNet(ModelConfig(**saved["config"]["model"]), len(saved["classes"]))
-        model.load_state_dict(saved["state_dict"])
+        model = AlexNet(ModelConfig(**saved.config["model"]), len(saved.classes))
+        model.load_state_dict(saved.state_dict)
     except (KeyError, TypeError, RuntimeError) as err:  # missing keys, unknown config keys, shapes
         detail = " ".join(str(err).split())[:400]
         raise ModelFileError(
@@ -90,11 +90,14 @@ def _build_model(saved: dict, path: Path) -> torch.nn.Module:
 
 
 def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    saved = files.load(path)
+    """The model, ready to predict, and the file's fields (ModelFile.to_dict: format, kind, fields).
+
+    A file that is not a plain-weights ModelFile of this format raises CheckpointError."""
+    saved = ModelFile.load(path)
     model = _build_model(saved, path)
     model.to(device)
-    precision.PRECISIONS[precision_name].apply(model, device)
-    return model, saved
+    precision.REGISTRY[precision_name].setup(model, device)
+    return model, saved.to_dict()
 
 
 def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], dict]:
@@ -165,62 +168,61 @@ def evaluate_variant(
         flip = saved["config"]["train"]["eval_flip"]
         preds = predict(model, images, flip).cpu()
         clock.mark("predict")
-        metrics, cm, report = scores(labels.numpy(), preds.numpy(), classes)
+        scored = scores(labels.numpy(), preds.numpy(), classes)
         clock.mark("scores")
-        run_id = saved["run_id"]
         if tracker is not None:
-            # Logged at the last epoch's step, so the per-epoch test_accuracy curve gets no
-            # extra point at step 0 and the run's latest value is the evaluation's.
-            step = len(saved["history"])
-            model_id = _log_model(
-                tracker,
-                run_id,
-                log_model,
-                f"{variant}-seed-{seed}",
-                path,
-                saved,
-                Scorer(model, flip),
-                images[:2],
-            )
-            clock.mark("model_logging")
-            runs.log_to_run(
-                tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id
-            )
-            if data_ref:
-                tracker.log_dataset(
-                    run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation"
-                )
-            clock.mark("logging")
+            scorer = Scorer(model, flip)
+            _log_seed(tracker, log_model, data_ref, clock, path, saved, scorer, images[:2], scored, classes)
             variant_runs.add(saved.get("variant_run_id"))
-        per_seed.append(
-            {
-                "seed": seed,
-                "run_id": run_id,
-                "variant_run_id": saved.get("variant_run_id"),
-                **metrics,
-                **{k: saved["result"].get(k) for k in TRAIN_KEYS},
-                **{k: _setting(saved["config"], k) for k in CONFIG_KEYS},
-            }
-        )
+        per_seed.append(_seed_row(seed, saved, scored[0]))
         curves += [{"seed": seed, **h} for h in saved["history"]]
-        if not confusion_rows:  # DVC's confusion template: one row per sample (first seed)
-            confusion_rows = [
-                {"actual": classes[a], "predicted": classes[p]}
-                for a, p in zip(labels.tolist(), preds.tolist())
-            ]
+        pairs = zip(labels.tolist(), preds.tolist())  # DVC confusion template: a row per sample, first seed
+        confusion_rows = confusion_rows or [{"actual": classes[a], "predicted": classes[p]} for a, p in pairs]
     summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
     _write(reports_dir, variant, summary, curves, confusion_rows)
     clock.mark("reports")
-    for variant_run in variant_runs - {None}:
-        runs.log_aggregates(tracker, variant_run, summary, curves)
+    _log_variant(tracker, variant, variant_runs - {None}, summary, curves, clock)
+    return summary
+
+
+def _log_seed(tracker, mode: str, data_ref, clock, path: Path, saved: dict, scorer, example, scored, classes):
+    """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data."""
+    run_id, variant, seed = saved["run_id"], saved["variant"], saved["seed"]
+    model_id = _log_model(tracker, run_id, mode, f"{variant}-seed-{seed}", path, saved, scorer, example)
+    clock.mark("model_logging")
+    metrics, cm, report = scored
+    step = len(saved["history"])  # the last epoch's: no extra point at step 0 on the per-epoch curves
+    evaluate_runs.log_to_run(
+        tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id
+    )
+    if data_ref:
+        tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation")
+    clock.mark("logging")
+
+
+def _seed_row(seed: int, saved: dict, metrics: dict) -> dict:
+    """One seed's line of the metrics file: its scores, training results and settings."""
+    return {
+        "seed": seed,
+        "run_id": saved["run_id"],
+        "variant_run_id": saved.get("variant_run_id"),
+        **metrics,
+        **{k: saved["result"].get(k) for k in TRAIN_KEYS},
+        **{k: _setting(saved["config"], k) for k in CONFIG_KEYS},
+    }
+
+
+def _log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves: list, clock) -> None:
+    """Into the variant's run: mean and std over seeds, the mean curves, this stage's time breakdown."""
+    for variant_run in variant_runs:
+        evaluate_runs.log_aggregates(tracker, variant_run, summary, curves)
     clock.mark("logging")
     times = clock.breakdown(prefix="evaluate_")
     log.info(
         "%s: evaluate stage %s", variant, ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in times.items())
     )
-    for variant_run in variant_runs - {None}:
+    for variant_run in variant_runs:
         tracker.log_metrics(variant_run, times)
-    return summary
 
 
 def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: dict, scorer, example):
@@ -233,9 +235,9 @@ def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: di
             "amp_dtype": result.get("amp_dtype"),
             "config_digest": saved.get("config_digest"),
         }
-        return runs.reference_model(tracker, run_id, name, path, facts)
+        return evaluate_runs.reference_model(tracker, run_id, name, path, facts)
     if mode == "export":
-        return runs.export_model(tracker, run_id, name, scorer, example)
+        return evaluate_runs.export_model(tracker, run_id, name, scorer, example)
     return None
 
 
@@ -287,10 +289,11 @@ def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], c
     metrics_file = reports_dir / "metrics" / f"{variant}.json"
     metrics_file.parent.mkdir(parents=True, exist_ok=True)
     metrics_file.write_text(json.dumps(summary, indent=2) + "\n")
-    plots = reports_dir / "plots" / variant
-    plots.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("curves.csv", curves), ("confusion.csv", confusion)):
-        with open(plots / name, "w", newline="") as f:
+    # reports/plots/<kind>/<variant>.csv: one folder per kind of plot, so that DVC draws each
+    # folder with its own template (dvc.yaml's top-level plots)
+    for kind, rows in (("curves", curves), ("confusion", confusion)):
+        (reports_dir / "plots" / kind).mkdir(parents=True, exist_ok=True)
+        with open(reports_dir / "plots" / kind / f"{variant}.csv", "w", newline="") as f:
             fieldnames = list(dict.fromkeys(k for row in rows for k in row))
             writer = csv.DictWriter(f, fieldnames=fieldnames)
             writer.writeheader()

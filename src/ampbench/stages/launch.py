@@ -55,7 +55,14 @@ def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
     except ChildFailedError as failed:
         log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
     except SignalException as stop:  # the workers were told to stop (and saved) first
-        log.error("stopped by %s: the DDP workers were told to stop", signal.Signals(stop.sigval).name)
+        from ampbench.stages.train_main import resume_hint
+
+        log.warning(
+            "stopped by %s: every DDP worker saved a checkpoint in %s/. %s",
+            signal.Signals(stop.sigval).name,
+            work_dir,
+            resume_hint(argv),
+        )
         code = 128 + int(stop.sigval)
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
         log.exception("torchrun's agent failed")
@@ -69,13 +76,13 @@ def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
 
 
 def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
-    from ampbench.checkpoints import files
+    from ampbench.checkpoints.state import SeedCheckpoint
     from ampbench.tracking.tracker import Tracker
 
     run_ids = []
     for ckpt in sorted(variant_dir.glob("seed-*/checkpoint.pt")):
         try:
-            run_ids.append(files.load(ckpt)["run_id"])
+            run_ids.append(SeedCheckpoint.load(ckpt).run_id)
         except Exception:  # a checkpoint we cannot read names no run
             continue
     for run_file in sorted([*variant_dir.glob("seed-*/run.json"), variant_dir / "variant.json"]):
@@ -83,5 +90,6 @@ def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
             run_ids.append(json.loads(run_file.read_text())["run_id"])
         except (OSError, ValueError, KeyError):  # missing, or torn by the crash
             continue
+    run_ids = [r for r in run_ids if r]
     if run_ids:
         Tracker.from_config(cfg).mark_failed_if_running(run_ids)

@@ -6,8 +6,9 @@
 Work in progress lives in ``checkpoints/<variant>/`` (git-ignored and no DVC output, so neither
 ``dvc repro`` nor ``dvc exp run`` deletes it): ``variant.json`` (the variant's MLflow run),
 ``seed-<s>/run.json`` (the seed's run), ``seed-<s>/checkpoint.pt`` while the seed trains and
-``seed-<s>/model.pt`` once it is done. Re-running the stage after a crash skips finished seeds,
-resumes the interrupted one from its checkpoint, and reuses every MLflow run it had started.
+``seed-<s>/model.pt`` once it is done (``checkpoints.state``: SeedCheckpoint, ModelFile).
+Re-running the stage after a crash skips finished seeds, resumes the interrupted one from its
+checkpoint, and reuses every MLflow run it had started.
 Only when every seed is done are the models published (hard links) as
 ``models/<variant>/seed-<s>/model.pt``, the stage's DVC output, and the work folder removed; a
 later run (``dvc repro -f``) therefore trains every seed afresh, in new runs.
@@ -25,11 +26,11 @@ import time
 from pathlib import Path
 
 from ampbench.checkpoints import files
-from ampbench.checkpoints.writer import CheckpointWriter
+from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
 from ampbench.config import Config
 from ampbench.data import prepared
 from ampbench.timing import StageClock
-from ampbench.tracking import train_runs as runs
+from ampbench.tracking import train_runs
 from ampbench.tracking.tracker import EpochHooks, Tracker
 from ampbench.training import loader, loop, parallel, precision, progress
 
@@ -77,39 +78,47 @@ def variant_name(parallel_name: str, precision_name: str) -> str:
     return f"{parallel_name}-{precision_name}"
 
 
-def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> dict | None:
-    state = files.load(ckpt) if ckpt.exists() else None
+def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
+    """The checkpoint to continue from, if any. ``fresh``: one that cannot be resumed (another
+    configuration, an older format, unreadable) is discarded; without it, that raises."""
+    state, problem = None, ""
+    if ckpt.exists():
+        try:
+            state = SeedCheckpoint.load(ckpt)
+        except files.CheckpointError as err:
+            if not fresh:
+                raise
+            problem = str(err)
     strategy.barrier()  # every rank has read it before rank 0 may discard it
-    if state is None:
+    if state is None and not problem:
         return None
-    if state.get("config_digest") == digest and state.get("variant") == variant:
+    if state is not None and state.matches(digest, variant):
         return state
-    if fresh:
-        if strategy.is_main:
-            log.warning("discarding %s (written by another configuration): --fresh", ckpt)
-            ckpt.unlink(missing_ok=True)
-        return None
-    raise _foreign(ckpt, state, variant, digest)
+    if not fresh:
+        raise _foreign(ckpt, state, variant, digest)
+    if strategy.is_main:
+        log.warning("discarding %s (%s): --fresh", ckpt, problem or "written by another configuration")
+        ckpt.unlink(missing_ok=True)
+    return None
 
 
-def _foreign(ckpt: Path, state: dict, variant: str, digest: str) -> ResumeError:
+def _foreign(ckpt: Path, state: SeedCheckpoint, variant: str, digest: str) -> ResumeError:
     return ResumeError(
-        f"{ckpt} was written by variant {state.get('variant')!r} with config "
-        f"{state.get('config_digest')}, but this run is {variant!r} with config {digest}. "
+        f"{ckpt} was written by variant {state.variant!r} with config "
+        f"{state.config_digest}, but this run is {variant!r} with config {digest}. "
         "Resuming would mix two experiments. Restore the old params to resume, or pass "
         "--fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
     )
 
 
 def _refuse_foreign_checkpoints(work: Path, cfg: Config, variant: str, fresh: bool) -> None:
-    """Before any run is created: a checkpoint of another configuration stops the stage."""
+    """Before any run is created: a checkpoint of another configuration (or format) stops the stage."""
     if fresh:
         return
     digest = cfg.digest()
     for seed in cfg.train.seeds:
         ckpt = work / f"seed-{seed}" / "checkpoint.pt"
-        state = files.load(ckpt) if ckpt.exists() else None
-        if state and (state.get("config_digest"), state.get("variant")) != (digest, variant):
+        if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
             raise _foreign(ckpt, state, variant, digest)
 
 
@@ -137,52 +146,66 @@ def train_variant(
         work = work_dir / variant
         _refuse_foreign_checkpoints(work, cfg, variant, fresh)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
-        writer = CheckpointWriter()  # one writer process for the stage's seeds (rank 0 writes)
         if strategy.is_main:
-            writer.start()  # its imports overlap the set-up below
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
-            stage = runs.Stage(tracker, runs.variant_run(tracker, work, variant, cfg), data_file, cfg)
+            stage = train_runs.Stage(
+                tracker, train_runs.variant_run(tracker, work, variant, cfg), data_file, cfg
+            )
             log.info("%s: MLflow runs at %s", variant, tracker.link())
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
-        monitor = runs.system_metrics(stage, stage.variant_run_id) if stage else None
-        try:
-            results = []
-            prog = progress.for_stage(cfg, variant, dataset, strategy, models_dir, work_dir)
-            for seed in cfg.train.seeds:
-                ckpt = work / f"seed-{seed}" / "checkpoint.pt"
-                job = loop.Job(
-                    cfg,
-                    precision.PRECISIONS[precision_name],
-                    strategy,
-                    dataset,
-                    seed,
-                    ckpt,
-                    stop or (lambda: False),
-                )
-                job.progress, job.writer = prog, writer
-                extra = {"per_process_batch": per_process, **tf32}
-                results.append(_train_one(job, variant, stage, extra, fresh))
-                clock.mark("seeds")
-            prog.close()
-            if strategy.is_main:
-                _publish(work, models_dir / variant, cfg.train.seeds)
-                clock.mark("publish")
-                runs.log_breakdown(stage, clock, results)
-        except BaseException as err:
-            # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
-            runs.end_variant_run(
-                stage, "KILLED" if isinstance(err, (loop.Stopped, KeyboardInterrupt)) else "FAILED"
-            )
-            raise
-        finally:
-            writer.close()
-            if monitor:
-                monitor.finish()
-        runs.end_variant_run(stage, "FINISHED")
+        seeds = _SeedPlan(cfg, precision_name, strategy, dataset, work, stop, fresh)
+        seeds.extra = {"per_process_batch": per_process, **tf32}
+        results = _train_seeds(seeds, variant, stage, clock, models_dir, work_dir)
         return results if strategy.is_main else []
     finally:
         strategy.teardown()
+
+
+class _SeedPlan:
+    """What every seed of the stage shares: settings, precision, strategy, data, work folder."""
+
+    def __init__(self, cfg, precision_name, strategy, dataset, work: Path, stop, fresh: bool) -> None:
+        self.cfg, self.precision, self.strategy, self.dataset = (
+            cfg,
+            precision.REGISTRY[precision_name],
+            strategy,
+            dataset,
+        )
+        self.work, self.stop, self.fresh, self.extra = work, stop or (lambda: False), fresh, {}
+
+    def job(self, seed: int, prog) -> loop.Job:
+        ckpt = self.work / f"seed-{seed}" / "checkpoint.pt"
+        job = loop.Job(self.cfg, self.precision, self.strategy, self.dataset, seed, ckpt, self.stop)
+        job.progress = prog
+        return job
+
+
+def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_dir: Path) -> list[dict]:
+    """Each seed in turn, then publish; the variant run ends FINISHED, KILLED or FAILED."""
+    cfg, strategy = plan.cfg, plan.strategy
+    monitor = train_runs.system_metrics(stage, stage.variant_run_id) if stage else None
+    try:
+        results = []
+        prog = progress.for_stage(cfg, variant, plan.dataset, strategy, models_dir, work_dir)
+        for seed in cfg.train.seeds:
+            results.append(_train_one(plan.job(seed, prog), variant, stage, plan.extra, plan.fresh))
+            clock.mark("seeds")
+        prog.close()
+        if strategy.is_main:
+            _publish(plan.work, models_dir / variant, cfg.train.seeds)
+            clock.mark("publish")
+            train_runs.log_breakdown(stage, clock, results)
+    except BaseException as err:
+        # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
+        stopped = isinstance(err, (loop.Stopped, KeyboardInterrupt))
+        train_runs.end_variant_run(stage, "KILLED" if stopped else "FAILED")
+        raise
+    finally:
+        if monitor:
+            monitor.finish()
+    train_runs.end_variant_run(stage, "FINISHED")
+    return results
 
 
 def _publish(work: Path, out: Path, seeds) -> None:
@@ -201,37 +224,43 @@ def _publish(work: Path, out: Path, seeds) -> None:
     shutil.rmtree(work)
 
 
-def _finished(job: loop.Job, variant: str, digest: str) -> dict | None:
-    """A seed this stage already trained (its model.pt in the work folder), else None."""
+def _finished(job: loop.Job, variant: str, digest: str, fresh: bool) -> ModelFile | None:
+    """A seed this stage already trained (its model.pt in the work folder), else None.
+
+    One of another configuration is trained again (and replaced); an unreadable one or one of an
+    older format raises, unless ``fresh``.
+    """
     final = job.checkpoint_path.with_name("model.pt")
     if not final.exists():
         return None
-    saved = files.load(final)
-    if saved.get("config_digest") == digest and saved.get("variant") == variant:
-        return saved
-    return None
+    try:
+        saved = ModelFile.load(final)
+    except files.CheckpointError as err:
+        if not fresh:
+            raise
+        log.warning("%s: --fresh, training the seed again", err)
+        return None
+    return saved if saved.matches(digest, variant) else None
 
 
-def _train_one(job: loop.Job, variant: str, stage: runs.Stage | None, extra: dict, fresh: bool) -> dict:
+def _train_one(job: loop.Job, variant: str, stage: train_runs.Stage | None, extra: dict, fresh: bool) -> dict:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
-    done = _finished(job, variant, digest)
+    done = _finished(job, variant, digest, fresh)
     strategy.barrier()  # every rank has decided before rank 0 may write anything
     if done:
-        log.info(
-            "seed %d: already trained in this stage (run %s), not trained again", job.seed, done["run_id"]
-        )
+        log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed, done.run_id)
         if main:
-            runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
-        return {"seed": job.seed, "run_id": done["run_id"], **done["result"]}
+            train_runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
+        return {"seed": job.seed, "run_id": done.run_id, **done.result}
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
     run_id = hooks = None
     if main:
-        run_id = resume["run_id"] if resume else runs.seed_run(stage, job, variant, digest, extra)
+        run_id = resume.run_id if resume else train_runs.seed_run(stage, job, variant, digest, extra)
         if resume:
             stage.tracker.resume(run_id)
         log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
-        hooks = EpochHooks(stage.tracker, run_id, resume.get("hooks") if resume else None)
+        hooks = EpochHooks(stage.tracker, run_id, resume.hooks if resume else None)
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
     try:
         out = loop.train_seed(job, hooks, resume, meta)
@@ -244,22 +273,22 @@ def _train_one(job: loop.Job, variant: str, stage: runs.Stage | None, extra: dic
         hooks.close()  # the sender's last try; what it could not send stays pending (model.pt)
         t0 = time.perf_counter()
         final = job.checkpoint_path.with_name("model.pt")
-        saved = {
-            "state_dict": out["state_dict"],
-            "config": dataclasses.asdict(cfg),
-            "variant": variant,
-            "seed": job.seed,
-            "run_id": run_id,
-            "variant_run_id": stage.variant_run_id,
-            "config_digest": digest,
-            "classes": list(job.data["classes"]),
-            "result": out["result"],
-            "history": out["history"],
-            "pending_metrics": hooks.state(),
-        }
-        files.save(saved, final)
+        saved = ModelFile(
+            state_dict=out["state_dict"],
+            config=dataclasses.asdict(cfg),
+            variant=variant,
+            seed=job.seed,
+            run_id=run_id,
+            variant_run_id=stage.variant_run_id,
+            config_digest=digest,
+            classes=list(job.data["classes"]),
+            result=out["result"],
+            history=out["history"],
+            pending_metrics=hooks.state(),
+        )
+        saved.save(final)
         job.checkpoint_path.unlink(missing_ok=True)
         out["result"]["model_save_seconds"] = time.perf_counter() - t0
-        runs.close_seed_run(stage, saved, final, out["result"])
+        train_runs.close_seed_run(stage, saved, final, out["result"])
     strategy.barrier()
     return {"seed": job.seed, "run_id": run_id, **out["result"]}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config
 from ampbench.data import prepared
 from ampbench.timing import StageClock
@@ -150,15 +151,15 @@ def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict
     return run_id
 
 
-def close_seed_run(stage: Stage, saved: dict, final: Path, timed: dict | None = None) -> None:
+def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | None = None) -> None:
     """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
 
     Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
     """
-    tracker, run_id, result = stage.tracker, saved["run_id"], saved["result"]
+    tracker, run_id, result = stage.tracker, saved.run_id, saved.result
     if tracker.status(run_id) == "FINISHED":
         return
-    hooks = EpochHooks(tracker, run_id, saved.get("pending_metrics"), background=False)
+    hooks = EpochHooks(tracker, run_id, saved.pending_metrics, background=False)
     try:
         hooks.flush()
         facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
@@ -178,12 +179,12 @@ def close_seed_run(stage: Stage, saved: dict, final: Path, timed: dict | None = 
         summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
-        tracker.log_metrics(run_id, summary, step=len(saved["history"]))
+        tracker.log_metrics(run_id, summary, step=len(saved.history))
         tracker.set_tags(run_id, {"diverged": str(result["diverged"]).lower()})
         tracker.end(run_id, "FINISHED")
     except Exception as err:
         raise TrackingError(
-            f"seed {saved['seed']} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
+            f"seed {saved.seed} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
             f"records ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}). The "
             f"model and the missing metrics are kept in {final}: once the store answers, re-run the same "
             f"command; it sends them to run {run_id} and trains nothing again."

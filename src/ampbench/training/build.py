@@ -2,8 +2,10 @@
 them (``make_step``). Imports no mlflow.
 
 Precision and parallelism arrive as strategy objects (``precision.PrecisionStrategy``,
-``parallel.ParallelStrategy``), so nothing here branches on a variant. The loop over epochs is
-``loop.train_seed``.
+``parallel.ParallelStrategy``), so nothing here branches on a variant; the precision's per-run
+state (``precision.PrecisionRun``: the GradScaler) is what the step scales and steps through. The
+claim-4 demonstration (claim4.py) is wired in here only when its flag is set. The loop over epochs
+is ``loop.train_seed``.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import torch
 from torch import nn
 
 from ampbench.config import Config
-from ampbench.training.model import AlexNet, autocast_outside
+from ampbench.training import claim4
+from ampbench.training.model import AlexNet
 from ampbench.training.parallel import ParallelStrategy
-from ampbench.training.precision import PrecisionStrategy
+from ampbench.training.precision import PrecisionRun, PrecisionStrategy
 from ampbench.training.step import Stats, Step
 
 log = logging.getLogger(__name__)
@@ -25,36 +28,39 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Trainer:
-    """What one variant trains with: the model (raw and wrapped), optimizer, schedule, scaler."""
+    """What one variant trains with: the model (raw and wrapped), optimizer, schedule, precision."""
 
     raw_model: nn.Module  # what is saved and evaluated
-    model: nn.Module  # wrapped by the parallel strategy: what the step calls
+    model: nn.Module  # wrapped by the parallel strategy (and claim4, if set): what the step calls
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
+    precision: PrecisionRun  # the run's loss scaling (GradScaler), enabled or not
     facts: dict  # what is really in use (autocast dtype, scaler, CUDA graph), for logging
     use_graph: bool
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     def state(self) -> dict:
+        """What a checkpoint holds of the trainer (the loop adds its own position and history)."""
         return {
             "model": self.raw_model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
-            "scaler": self.scaler.state_dict(),
+            "scaler": self.precision.state_dict(),  # the key older checkpoints hold
         }
 
     def load(self, saved: dict) -> None:
+        """Restore what ``state`` returned."""
         self.raw_model.load_state_dict(saved["model"])
         self.opt.load_state_dict(saved["optimizer"])
         self.sched.load_state_dict(saved["scheduler"])
-        self.scaler.load_state_dict(saved["scaler"])
+        self.precision.load_state_dict(saved["scaler"])
         if self.use_graph:  # a captured graph reads the learning rate from a device tensor
             for group in self.opt.param_groups:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
 
 
 def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Module:
+    """The configured AlexNet on `device` (channels_last on CUDA if configured)."""
     model = AlexNet(cfg.model, num_classes).to(device)
     if device.type == "cuda" and cfg.train.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -64,7 +70,7 @@ def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Modul
 def setup(
     cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_classes: int, total_steps: int
 ) -> Trainer:
-    """Model, wrapped model, fused SGD, one-cycle schedule and scaler for one variant."""
+    """Model, wrapped model, fused SGD, one-cycle schedule and precision state for one variant."""
     t, device = cfg.train, strategy.device
     if total_steps < 4:
         raise ValueError(
@@ -72,10 +78,12 @@ def setup(
             "one-cycle schedule needs at least 4; raise train.epochs or lower train.batch_size"
         )
     raw_model = build_model(cfg, num_classes, device)
-    scaler, facts = prec.apply(raw_model, device)
-    if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated (model.py); never otherwise
-        facts.update(autocast_outside(raw_model))
+    run = prec.setup(raw_model, device)
+    facts = dict(run.facts)
     model = strategy.wrap(raw_model)
+    if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated; never otherwise
+        model, placement = claim4.autocast_outside(raw_model, model)
+        facts.update(placement)
     use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph
     torch.backends.cudnn.benchmark = t.cudnn_benchmark
@@ -106,7 +114,7 @@ def setup(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, t.lr, total_steps=total_steps, pct_start=pct, cycle_momentum=False
     )
-    return Trainer(raw_model, model, opt, sched, scaler, facts, use_graph, device)
+    return Trainer(raw_model, model, opt, sched, run, facts, use_graph, device)
 
 
 def make_step(trainer: Trainer, cfg: Config, strategy: ParallelStrategy) -> Step:

@@ -118,7 +118,7 @@ def measure_step_seconds(
     dev = torch.device(device)
     torch.manual_seed(0)
     model = AlexNet(cfg.model, CIFAR_CLASSES).to(dev)
-    scaler, _ = precision.PRECISIONS[precision_name].apply(model, dev)
+    run = precision.REGISTRY[precision_name].setup(model, dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=cfg.train.momentum, nesterov=True)
     loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=dev)
@@ -126,9 +126,8 @@ def measure_step_seconds(
 
     def one() -> None:
         opt.zero_grad(set_to_none=True)
-        scaler.scale(loss_fn(model(images), labels)).backward()
-        scaler.step(opt)
-        scaler.update()
+        run.backward(loss_fn(model(images), labels))
+        run.optimizer_step(opt)
 
     for _ in range(warmup):
         one()

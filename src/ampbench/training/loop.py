@@ -3,9 +3,13 @@
 ``train_seed`` reads in one sitting: per epoch, ``train_epoch`` (the steps: no host sync inside;
 DDP ranks agree on stopping every `train.stop_check_every` steps), ``evaluate`` (test accuracy)
 and ``end_epoch`` (divergence, the epoch's record, the checkpoint). Whatever happens, ``hooks``
-hears about it (rank 0 records it in MLflow), and each epoch end's checkpoint is written beside
-the next epoch (``checkpoint_writer``), so a crash loses at most the current epoch
-(docs/RELIABILITY.md says what a kill -9 during a write costs).
+hears about it (rank 0 records it in MLflow).
+
+Rank 0 saves a ``SeedCheckpoint`` in the loop itself (atomically: ``checkpoints/files.py``) once
+`train.checkpoint_every_s` seconds passed since the seed started or last saved: at the next step
+boundary, or at an epoch end (0: at every epoch end). A crash loses at most that many seconds of
+training; a stop signal (SIGTERM, Ctrl-C) always saves. The time a save takes is the seed's
+``checkpoint_seconds``, and a save mid-epoch does not count as that epoch's training time.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ampbench.checkpoints.writer import CheckpointWriter
+from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
 from ampbench.training import build, loader, measure
 from ampbench.training.model import DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
-from ampbench.training.precision import PrecisionStrategy, scale_tensor
+from ampbench.training.precision import PrecisionStrategy
 from ampbench.training.step import Totals
 
 log = logging.getLogger(__name__)
@@ -47,7 +51,6 @@ class Job:
     checkpoint_path: Path
     stop_requested: Callable[[], bool] = lambda: False
     progress: object | None = None  # progress.StageProgress: stage bar and time estimates
-    writer: object | None = None  # checkpoint_writer.CheckpointWriter shared by a stage's seeds
 
 
 class NullHooks:
@@ -55,24 +58,25 @@ class NullHooks:
         pass
 
 
-def train_seed(job: Job, hooks=None, resume: dict | None = None, meta: dict | None = None) -> dict:
-    """Train one seed; return {"result", "history", "state_dict"}. Raises Stopped after a stop."""
+def train_seed(job: Job, hooks=None, resume: SeedCheckpoint | None = None, meta: dict | None = None) -> dict:
+    """Train one seed; return {"result", "history", "state_dict"}. Raises Stopped after a stop.
+
+    ``resume``: the checkpoint to continue from. ``meta``: its ``config_digest``, ``variant`` and
+    ``run_id``, written into every checkpoint. A failed checkpoint write raises CheckpointError.
+    """
     run = SeedTraining(job, hooks or NullHooks(), resume, meta)
-    try:
-        for epoch in range(run.state["epoch"], job.cfg.train.epochs):
-            metrics = run.train_epoch(epoch)
-            metrics.update(run.evaluate(epoch))
-            if run.end_epoch(epoch, metrics):
-                break
-    finally:  # joined on every way out; a failed write raises here
-        run.writer.wait() if job.writer else run.writer.close()
+    for epoch in range(run.state["epoch"], job.cfg.train.epochs):
+        metrics = run.train_epoch(epoch)
+        metrics.update(run.evaluate(epoch))
+        if run.end_epoch(epoch, metrics):
+            break
     return run.summary()
 
 
 class SeedTraining:
-    """One seed's state between epochs: trainer, step, data, history, the checkpoint writer."""
+    """One seed's state between epochs: trainer, step, data, history, when it last saved."""
 
-    def __init__(self, job: Job, hooks, resume: dict | None, meta: dict | None) -> None:
+    def __init__(self, job: Job, hooks, resume: SeedCheckpoint | None, meta: dict | None) -> None:
         t0 = time.perf_counter()
         self.job, self.cfg, self.strategy, self.hooks = job, job.cfg, job.strategy, hooks
         t, self.device = job.cfg.train, job.strategy.device
@@ -82,21 +86,26 @@ class SeedTraining:
         self.trainer = build.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
         self.step = build.make_step(self.trainer, job.cfg, job.strategy)
         self.probe = DtypeProbe(self.trainer.raw_model)  # what each (DataParallel) replica really ran
-        self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, **(meta or {})}
+        self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
+        self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
-            self.trainer.load(resume)
-            self.state.update({k: resume[k] for k in ("epoch", "step", "history", "stats")})
-            self.state["elapsed"] = resume.get("elapsed", 0.0)
-            log.info(
-                "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"], self.state["step"]
+            self.trainer.load(resume.trainer_state())
+            self.state.update(
+                epoch=resume.epoch,
+                step=resume.step,
+                history=resume.history,
+                stats=resume.stats,
+                elapsed=resume.elapsed,
+            )
+            log.info(  # 1-based epoch, as the stop message counts it
+                "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"]
             )
         self.test = (job.data["test_images"].to(self.device), job.data["test_labels"].to(self.device))
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.result = {"diverged": False, **self.trainer.facts, **job.strategy.facts()}
-        self.writer = job.writer or CheckpointWriter()  # the stage's, else one of its own
-        self.blocked_before, self.writes_before = self.writer.blocked_seconds, self.writer.writes
-        self.last_save = time.perf_counter()
+        self.saves = {"checkpoint_seconds": 0.0, "checkpoints_written": 0}
+        self.last_save = time.perf_counter()  # the timer starts with the seed, not at a first save
         self.times = {"eval_seconds": 0.0, "logging_seconds": 0.0, "setup_seconds": time.perf_counter() - t0}
         if job.progress:
             job.progress.start_seed(job.seed, self.state["epoch"], self.state["step"])
@@ -108,7 +117,8 @@ class SeedTraining:
         torch.manual_seed((self.job.seed * 100_003 + epoch) * 4099 + self.strategy.rank)  # dropout
         resumed = bool(first and self.state["stats"] is not None)
         stats.reset(self.state["stats"] if resumed else None)
-        before = self.state.get("elapsed", 0.0) if resumed else 0.0  # a resumed epoch's first part
+        before = self.state["elapsed"] if resumed else 0.0  # a resumed epoch's first part
+        paused = 0.0  # seconds of this epoch's timed saves: not training time
         self.trainer.model.train()
         measure.sync(self.device)
         t0 = time.perf_counter()
@@ -130,13 +140,18 @@ class SeedTraining:
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
             if check and self.strategy.any(self.job.stop_requested()):
                 measure.sync(self.device)
-                self.save(epoch, i + 1, stats.snapshot(), before + time.perf_counter() - t0, wait=True)
+                self.save(epoch, i + 1, stats.snapshot(), before + time.perf_counter() - t0 - paused)
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
+            if i + 1 < n and self.save_due_mid_epoch():  # the epoch end decides for itself
+                measure.sync(self.device)
+                t1 = time.perf_counter()
+                self.save(epoch, i + 1, stats.snapshot(), before + t1 - t0 - paused)
+                paused += time.perf_counter() - t1
         measure.sync(self.device)
-        seconds = before + time.perf_counter() - t0
+        seconds = before + time.perf_counter() - t0 - paused
         self.totals = stats.totals(self.strategy)
         lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
-        scale = float(scale_tensor(self.trainer.scaler, self.device))
+        scale = float(self.trainer.precision.scale())
         return epoch_metrics(self.totals, seconds, lr, scale)
 
     def evaluate(self, epoch: int) -> dict:
@@ -150,14 +165,10 @@ class SeedTraining:
 
     def end_epoch(self, epoch: int, metrics: dict) -> bool:
         """Divergence check, the epoch's record and checkpoint; True when training must stop."""
-        t, totals, scaler = self.cfg.train, self.totals, self.trainer.scaler
+        t, totals = self.cfg.train, self.totals
         params = self.trainer.raw_model.parameters()
         weights_ok = bool(torch.stack([p.isfinite().all() for p in params]).all())
-        diverged = (
-            not weights_ok
-            or (totals.nonfinite > 0 and not scaler.is_enabled())
-            or (scaler.is_enabled() and metrics["grad_scale"] < t.scale_floor)
-        )
+        diverged = not weights_ok or self.trainer.precision.diverged(totals.nonfinite, t.scale_floor)
         self.state["history"].append({"epoch": epoch + 1, **metrics})
         if diverged:
             at = int(totals.first_bad) if totals.first_bad >= 0 else len(self.batches) - 1
@@ -169,28 +180,44 @@ class SeedTraining:
         self.hooks.on_epoch(epoch + 1, metrics)
         self.times["logging_seconds"] += time.perf_counter() - t0
         last = epoch + 1 == t.epochs or diverged  # train.py writes model.pt next
-        if not last and time.perf_counter() - self.last_save >= t.checkpoint_every_s:
+        if not last and time.perf_counter() - self.last_save >= t.checkpoint_every_s:  # 0: always
             self.save(epoch + 1, 0, None)
-            self.last_save = time.perf_counter()
         if self.job.progress:
             self.job.progress.epoch_done(self.device)
         return diverged
 
-    def save(self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0, wait: bool = False) -> None:
-        """Checkpoint (rank 0): written in the background unless `wait` (stop signals)."""
+    def save_due_mid_epoch(self) -> bool:
+        """Rank 0, `train.checkpoint_every_s` > 0, and that many seconds since the last save."""
+        every = self.cfg.train.checkpoint_every_s
+        return bool(every) and self.strategy.is_main and time.perf_counter() - self.last_save >= every
+
+    def save(self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0) -> None:
+        """Checkpoint (rank 0), atomically, before training goes on; raises CheckpointError.
+
+        (epoch, step_in_epoch): where a resume continues; `partial`: the partial epoch's
+        statistics (None at an epoch end); `elapsed`: its training seconds so far.
+        """
         if not self.strategy.is_main:
             return
-        self.state.update(epoch=epoch, step=step_in_epoch, stats=partial, elapsed=elapsed)
+        t0 = time.perf_counter()
         # metrics the tracking store has not taken yet: a re-run sends them
         pending = self.hooks.state() if hasattr(self.hooks, "state") else None
-        full = {
-            **self.state,
+        checkpoint = SeedCheckpoint(
+            epoch=epoch,
+            step=step_in_epoch,
+            stats=partial,
+            elapsed=elapsed,
+            history=self.state["history"],
             **self.trainer.state(),
-            "rng_cpu": torch.get_rng_state(),
-            "seed": self.job.seed,
-            "hooks": pending,
-        }
-        self.writer.save(full, self.job.checkpoint_path, wait=wait)
+            rng_cpu=torch.get_rng_state(),
+            seed=self.job.seed,
+            hooks=pending,
+            **self.meta,
+        )
+        checkpoint.save(self.job.checkpoint_path)
+        self.last_save = time.perf_counter()
+        self.saves["checkpoint_seconds"] += self.last_save - t0
+        self.saves["checkpoints_written"] += 1
 
     def summary(self) -> dict:
         hist = self.state["history"]
@@ -204,8 +231,7 @@ class SeedTraining:
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
             replica_dtypes=self.probe.fact() or "not recorded (no training step ran)",
-            checkpoint_seconds=self.writer.blocked_seconds - self.blocked_before,
-            checkpoints_written=self.writer.writes - self.writes_before,
+            **self.saves,
             **self.times,
         )
         return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}

@@ -10,10 +10,6 @@ loader, the DataLoader path and evaluation all feed the same thing.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
@@ -60,53 +56,20 @@ class AlexNet(nn.Module):
         # Set by the precision strategy; plain attributes so DataParallel replicas copy them.
         self.amp_enabled = False
         self.amp_dtype = torch.bfloat16
-        # (device type, dtype) of an autocast the training step enters around the forward: set
-        # only by autocast_outside(), the claim-4 demonstration. None: autocast stays in forward.
-        self.outer_autocast = None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = (images.float() - self.mean) * self.inv_std
-        if self.outer_autocast is not None:  # claim-4 demonstration: no autocast here, not even
-            return self.classifier(self.features(x)).float()  # enabled=False (it would undo the caller's)
-        with torch.autocast(x.device.type, dtype=self.amp_dtype, enabled=self.amp_enabled):
+        if not self.amp_enabled:
+            # No autocast entered, not even a disabled one: that would switch off a caller's
+            # (claim4.py enters one around the model). Nothing in training enters one otherwise.
+            return self.classifier(self.features(x)).float()
+        with torch.autocast(x.device.type, dtype=self.amp_dtype):
             return self.classifier(self.features(x)).float()
 
 
-# The tutorial's claim 4 (docs/FINDINGS.md): "DataParallel needs autocast inside forward, or the
-# replicas run in fp32". torch 2.14's parallel_apply re-enters autocast in each replica thread
-# with `torch.amp.autocast(device_type, enabled=torch.is_autocast_enabled())`: the outer
-# autocast's *enabled* flag crosses into the thread, its dtype does not (autocast state is
-# thread-local; a fresh thread has the device's default, float16 on CUDA). So replicas run
-# float16 under an outer float16 or bfloat16 autocast alike. The helpers below let a run place
-# autocast the naive way and record what the replicas really ran.
-
-
-def autocast_outside(model: AlexNet) -> dict[str, str]:
-    """Move the model's autocast out of forward into the training step (demonstration only).
-
-    Returns the fact to log. A model without autocast (fp32) is left alone: nothing to move.
-    """
-    if not model.amp_enabled:
-        return {"autocast_placement": "none"}
-    device_type = next(model.parameters()).device.type
-    model.outer_autocast = (device_type, model.amp_dtype)
-    model.amp_enabled = False
-    return {"autocast_placement": "outside_forward"}
-
-
-def forward_context(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager]:
-    """What the training step enters around forward and loss: the outer autocast, or nothing.
-
-    ``model`` may be wrapped (DataParallel / DDP keep the AlexNet in ``.module``).
-    """
-    spec = getattr(getattr(model, "module", model), "outer_autocast", None)
-    if spec is None:
-        return contextlib.nullcontext
-    return functools.partial(torch.autocast, spec[0], dtype=spec[1])
-
-
 class DtypeProbe:
-    """Records the dtype the first convolution produced in training, per device.
+    """Records the dtype the first convolution produced in training, per device (every run: the
+    `replica_dtypes` fact; the claim-4 demonstration, claim4.py, is where it tells most).
 
     A forward hook on the AlexNet's first Conv2d; DataParallel's replicas share the hook (replicate
     copies the module's hook dict), so each GPU's replica reports its own output dtype. Only the

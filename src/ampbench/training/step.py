@@ -1,8 +1,10 @@
 """One training step, the same for every variant, and the device-side statistics it keeps.
 
 The step never syncs the host: loss, hits, non-finite losses and GradScaler skips accumulate in
-one small device tensor (``Stats``) that is read once per epoch. On CUDA the whole step (forward,
-backward, scaler, fused SGD) is replayed from a CUDA graph where the parallel strategy allows it.
+one small device tensor (``Stats``) that is read once per epoch. The precision's run state
+(``precision.PrecisionRun``) owns loss scaling: the step asks it to backpropagate and to step the
+optimizer. On CUDA the whole step (forward, backward, scaler, fused SGD) is replayed from a CUDA
+graph where the parallel strategy allows it.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
-
-from ampbench.training import precision
-from ampbench.training.model import forward_context
 
 
 @dataclass
@@ -71,6 +70,7 @@ class Stats:
         return Totals(*summed.tolist())
 
     def snapshot(self) -> list[float]:
+        """This rank's values, for a mid-epoch checkpoint (a host sync)."""
         return self.tensor.tolist()
 
 
@@ -78,29 +78,22 @@ class Step:
     """One training step, run eagerly or replayed from a captured CUDA graph."""
 
     def __init__(self, trainer, criterion: nn.Module, stats: Stats, warmup_steps: int) -> None:
-        self.model, self.opt, self.scaler = trainer.model, trainer.opt, trainer.scaler
+        self.model, self.opt, self.precision = trainer.model, trainer.opt, trainer.precision
         self.criterion, self.stats, self.use_graph = criterion, stats, trainer.use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
         self.graph, self.calls = None, 0
-        self.forward_context = forward_context(self.model)  # nullcontext unless the claim-4 demonstration
 
     def _run(self, images, labels) -> None:
         self.opt.zero_grad(set_to_none=True)
-        with self.forward_context():
-            out = self.model(images)
-            loss = self.criterion(out, labels)
-        self.scaler.scale(loss).backward()
-        # Unscale explicitly: one pass checks and unscales the gradients. Left to step(), the
-        # scaler makes a check-only pass and fused SGD then unscales and writes every gradient
-        # again (profiled on an H200: 0.14 ms per step instead of 0.08). No-op when disabled.
-        self.scaler.unscale_(self.opt)
-        self.scaler.step(self.opt)
-        skipped = precision.found_inf(self.scaler, self.opt)  # read before update() resets it
-        self.scaler.update()
+        out = self.model(images)  # autocast, where the precision has one, is entered in forward
+        loss = self.criterion(out, labels)
+        self.precision.backward(loss)
+        skipped = self.precision.optimizer_step(self.opt)  # device tensor or None: no host sync
         with torch.no_grad():
             self.stats.add(loss, out, labels, skipped)
 
     def __call__(self, images, labels) -> None:
+        """One step on this batch: eager, a warm-up before capture, or a replay of the graph."""
         self.calls += 1
         if not self.use_graph:
             return self._run(images, labels)

@@ -1,0 +1,166 @@
+"""Reading ``params.yaml``: the YAML, the ``--set`` overrides, each value against its field's type.
+
+``load`` (behind ``config.load_config``) collects every problem before it reports: unknown keys, wrong
+types, then the ranges and bounds of ``config_rules.py``, all in one ConfigError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import fields
+from pathlib import Path
+
+import yaml
+
+from ampbench import config_rules
+from ampbench.config import Config, ConfigError
+
+# Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
+_TEXT_KEYS = ("data.sha256",)
+
+
+# Keys earlier versions had, with what replaced them (an old params.yaml gets told, not just refused).
+_REMOVED = {
+    "train.amp_dtype": "removed: each precision carries its dtype (autocast and autocast_gradscaler: "
+    "float16 on CUDA; autocast_bf16: bfloat16); delete the line and add autocast_bf16 to "
+    "variants.precision (or pass --precision autocast_bf16) for bfloat16",
+}
+
+
+# Keys that were true/false in earlier versions, with what each boolean became.
+_WERE_BOOLEAN = {
+    "tracking.log_model": "is no longer true/false: write export (what true logged: a servable "
+    "torch.export program), reference (the default: the Models tab points at "
+    "models/<variant>/seed-<s>/model.pt, no copy of the weights) or none (what false did)",
+}
+
+
+def _check_value(key: str, value: object, hint: object, problems: list[str]) -> object:
+    """Coerce/validate one value against its annotation; append a message on failure."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not value:
+            problems.append(f"{key}: expected a non-empty list, got {value!r}")
+            return value
+        return tuple(_check_value(f"{key}[{i}]", v, int, problems) for i, v in enumerate(value))
+    if key in _WERE_BOOLEAN and isinstance(value, bool):
+        problems.append(f"{key}: {value!r} {_WERE_BOOLEAN[key]}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint is float:
+        value = _as_float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            # inf passes every `> 0` check, then overflows timers or means "never" without a word
+            problems.append(f"{key}: expected a finite number, got {value!r}")
+            return value
+    if key in _TEXT_KEYS and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # YAML read an all-digit checksum as a number
+    if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
+        problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _as_float(value: object) -> object:
+    """Ints and numeric strings as float (YAML 1.1 reads `1e6`, without a dot, as a string)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _build(cls: type, raw: object, prefix: str, problems: list[str]):
+    if not isinstance(raw, dict):
+        problems.append(f"{prefix.rstrip('.') or 'params'}: expected a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    for key in raw:
+        if f"{prefix}{key}" in _REMOVED:
+            problems.append(f"{prefix}{key}: {_REMOVED[prefix + key]}")
+        elif key not in known:
+            problems.append(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+    values = {}
+    for f in fields(cls):
+        if f.name in raw:
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                values[f.name] = _build(hint, raw[f.name], f"{prefix}{f.name}.", problems)
+            else:
+                before = len(problems)
+                value = _check_value(prefix + f.name, raw[f.name], hint, problems)
+                if len(problems) == before:  # a mistyped value keeps the default: ranges still run
+                    values[f.name] = value
+    return cls(**values)
+
+
+def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
+    key, sep, text = item.partition("=")
+    if not sep or "." not in key:
+        problems.append(f"--set {item!r}: expected section.key=value, e.g. train.epochs=1")
+        return
+    section, name = key.strip().split(".", 1)
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or type(err).__name__  # e.g. "expected ',' or ']'"
+        problems.append(
+            f"{key.strip()}: {text!r} is not valid YAML ({problem}); write a list as [0, 1], "
+            f"quote text that starts with @, `, [ or {{ (from --set {item!r} or a command-line option)"
+        )
+        return
+    raw.setdefault(section, {})
+    if isinstance(raw[section], dict):
+        raw[section][name] = value
+
+
+def load(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
+    """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
+    path = Path(path)
+    raw = _read_params(path)
+    problems: list[str] = []
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for item in overrides:
+        _apply_override(raw, item, problems)
+    if "variants" in raw:  # the DVC matrix axes, read by dvc.yaml only: validated, then dropped
+        problems += config_rules.variant_problems(raw.pop("variants"))
+    cfg = _build(Config, raw, "", problems)
+    # Every field is well typed here, so the ranges run on all of them: all problems come out together.
+    problems += config_rules.problems(cfg)
+    if problems:
+        lines = "\n  ".join(problems)
+        raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
+    return cfg
+
+
+def _read_params(path: Path) -> dict:
+    """The parsed params file as a non-empty mapping, or a ConfigError saying what is wrong with it."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--params {path}: is a folder, not a file; pass the params.yaml in it") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--params {path}: not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r}); "
+            "save it as UTF-8 or pass the right file"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if raw is None or raw == {}:
+        # Running on code defaults would silently train the full study (and download CIFAR-10).
+        raise ConfigError(
+            f"{path}: holds no settings (empty or only comments); restore it, e.g. `git checkout {path.name}`"
+        )
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    return raw

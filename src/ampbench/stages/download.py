@@ -1,0 +1,68 @@
+"""Stage `download`: fetch and prepare CIFAR-10 (``data.url``) into ``data/prepared/``.
+
+    ampbench download
+
+Beside the prepared file it records the data settings it was made from (``source.json``); the
+train and evaluate stages refuse data prepared from settings other than those configured
+(``check_prepared``): their runs would log data params that did not make the data.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ampbench.config import Config, ConfigError
+from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE
+
+
+def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.data import prepared
+
+    d = cfg.data
+    summary = prepared.prepare(
+        d.url,
+        DATA_FILE,
+        RAW_DIR,
+        sha256=d.sha256,
+        retries=d.retries,
+        timeout_s=d.timeout_s,
+        train_per_class=d.train_per_class,
+        test_per_class=d.test_per_class,
+    )
+    made = {**data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
+    SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n")
+    return 0
+
+
+def data_source(cfg: Config) -> dict:
+    """The data settings that decide what the prepared file holds (logged as params too)."""
+    d = cfg.data
+    return {
+        "data.url": d.url,
+        "data.sha256": d.sha256,
+        "data.train_per_class": d.train_per_class,
+        "data.test_per_class": d.test_per_class,
+    }
+
+
+def prepared_mismatch(cfg: Config) -> list[str]:
+    """Settings whose value differs from what data/prepared was made from (empty: consistent)."""
+    if not SOURCE_FILE.exists():
+        return []  # prepared by hand or by an older version: nothing to compare
+    made = json.loads(SOURCE_FILE.read_text())
+    return [
+        f"{k}: prepared from {made.get(k)!r}, configured {v!r}"
+        for k, v in data_source(cfg).items()
+        if made.get(k) != v
+    ]
+
+
+def check_prepared(cfg: Config) -> None:
+    """Refuse to train or evaluate on data other than the params say (the run would log wrong params)."""
+    wrong = prepared_mismatch(cfg)
+    if wrong:
+        raise ConfigError(
+            f"{DATA_FILE} does not match the data settings:\n  "
+            + "\n  ".join(wrong)
+            + "\nRun `ampbench download` (or `dvc repro`) with these settings first."
+        )

@@ -1,0 +1,42 @@
+"""The variant names: data-parallel strategy x precision, ``<parallel>-<precision>``.
+
+The names only, without torch: the CLI offers them and the configuration checks them before anything
+heavy is imported. The implementations are registries keyed by the same names, in the same order
+(``training/parallel.py``'s ``STRATEGIES``, ``training/precision.py``'s registry; tests/test_config.py
+checks that they agree).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+PARALLELS = ("single", "dp", "ddp")
+PRECISIONS = ("fp32", "autocast", "autocast_gradscaler", "autocast_bf16")
+AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
+
+
+def variant_name(parallel: str, precision: str) -> str:
+    """``single-autocast``: a variant's name (model folder, metrics file, MLflow run)."""
+    return f"{parallel}-{precision}"
+
+
+def split_name(variant: str) -> tuple[str, str]:
+    """(parallel, precision) of a variant's name: the inverse of ``variant_name``."""
+    parallel, _, precision = variant.partition("-")
+    return parallel, precision
+
+
+VARIANTS = tuple(variant_name(p, q) for p in PARALLELS for q in PRECISIONS)
+
+
+def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
+    """The variants dvc.yaml's matrix builds from params.yaml (every variant if it says nothing)."""
+    try:
+        axes = (yaml.safe_load(Path(params_file).read_text()) or {}).get("variants") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        axes = {}
+    return [
+        variant_name(p, q) for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)
+    ]
