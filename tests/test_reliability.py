@@ -458,7 +458,9 @@ def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
         time.sleep(0.2)
     assert not [p for p in tree if alive(p)], "DDP processes outlived the launcher"
     log = _log(proj)
-    assert log.count("SIGTERM received") == 2 and "[rank 1] ampbench: stopped at epoch" in log
+    assert log.count("SIGTERM received") == 2
+    assert "[rank 0] ampbench.stages.train_main: stopped at epoch" in log
+    assert "To resume, run the same command again: ampbench train --parallel ddp" in log
     saved = load_pt(ckpt)
     assert saved["step"] > 0  # the stop saved a checkpoint (epoch-end saves have step 0)
     assert _status(proj, saved["run_id"]) == "KILLED"
