@@ -73,8 +73,15 @@ def test_make_demo_end_to_end(tmp_path: Path):
         ".pytest_cache",
         ".ruff_cache",
         "*.egg-info",
+        ".gpu",
     )
-    shutil.copytree(REPO, proj, symlinks=True, ignore=shutil.ignore_patterns(*skip))
+    caches = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")
+    outputs = {REPO, REPO / "demo", REPO / "tutorial"}  # their data/, models/... (not src/ampbench/data)
+
+    def ignore(folder, names):
+        return set(skip) & set(names) if Path(folder) in outputs else caches(folder, names)
+
+    shutil.copytree(REPO, proj, symlinks=True, ignore=ignore)
     # A stand-in venv whose tools are this one's; .installed newer than requirements: no install.
     venv = proj / ".venv" / "bin"
     venv.mkdir(parents=True)

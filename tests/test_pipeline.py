@@ -231,8 +231,12 @@ def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path
         ".whl",
         ".mirror",
         ".device*",
+        ".gpu",
     )
-    shutil.copytree(REPO, proj, ignore=shutil.ignore_patterns(*skip))
+    outputs = {REPO, REPO / "demo", REPO / "tutorial"}  # their data/, models/... (not src/ampbench/data)
+    shutil.copytree(
+        REPO, proj, ignore=lambda folder, names: set(skip) & set(names) if Path(folder) in outputs else ()
+    )
     write_params(proj)
     archive = image_folder_archive(tmp_path)
     params = ["-P", "epochs=1", "-P", "batch_size=10", "-P", f"data_url={archive}"]
