@@ -37,7 +37,7 @@ _WERE_BOOLEAN = {
 }
 
 
-def _check_value(key: str, value: object, hint: object, problems: list[str]) -> object:
+def _check_value(key: str, value: object, hint: typing.Any, problems: list[str]) -> object:
     """Coerce/validate one value against its annotation; append a message on failure."""
     origin = typing.get_origin(hint)
     if origin is tuple:
@@ -77,7 +77,7 @@ def _as_float(value: object) -> object:
     return value
 
 
-def _build(cls: type, raw: object, prefix: str, problems: list[str]):
+def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
     if not isinstance(raw, dict):
         problems.append(f"{prefix.rstrip('.') or 'params'}: expected a mapping, got {raw!r}")
         return cls()

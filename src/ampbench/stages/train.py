@@ -32,7 +32,7 @@ from ampbench.data import prepared
 from ampbench.timing import StageClock
 from ampbench.tracking import train_runs
 from ampbench.tracking.tracker import EpochHooks, Tracker
-from ampbench.training import loader, loop, parallel, precision, progress
+from ampbench.training import build, loader, loop, parallel, precision, progress
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,7 @@ def train_variant(
     variant = variant_name(parallel_name, precision_name)
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
     strategy.setup()
+    build.import_compiler_early()  # overlaps the set-up below
     try:
         # Everything that can be checked is checked before MLflow or models/ are touched.
         per_process = strategy.per_process_batch(cfg.train.batch_size)

@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
-    from ampbench.stages import launch, train
-    from ampbench.training import loop, parallel
+    from ampbench.stages import launch
+    from ampbench.training import parallel
 
     if not parallel.STRATEGIES[args.parallel].in_process and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
@@ -35,6 +35,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 f"this machine starts; choose a multiple of {workers}"
             )
         return launch.torchrun(argv, cfg, WORK_DIR / variant_name(args.parallel, args.precision))
+    # Here, not above: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
+    from ampbench.stages import train
+    from ampbench.training import loop
+
     stop = train.StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
     try:
         results = launch.record(train.train_variant)(
@@ -59,6 +63,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
 
 
 def resume_hint(argv: list[str]) -> str:
-    """The exact command that resumes a stopped stage (a re-run finds the checkpoint)."""
+    """The exact command that resumes a stopped stage (a re-run finds the checkpoint): the one that
+    started the pipeline when it says so (`make run` sets AMPBENCH_RESUME_COMMAND), else this one."""
+    started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
+    if started_by:
+        return f"To resume: {started_by}"
     command = shlex.join(["ampbench", *argv])
     return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"

@@ -47,5 +47,6 @@ def autocast_outside(raw_model: nn.Module, model: nn.Module) -> tuple[nn.Module,
         return model, {"autocast_placement": "none"}
     device_type = next(raw_model.parameters()).device.type
     # A disabled model enters no autocast at all in forward, so the outer one reaches its layers.
-    raw_model.amp_enabled = False
-    return OuterAutocast(model, device_type, raw_model.amp_dtype), {"autocast_placement": "outside_forward"}
+    raw_model.amp_enabled = False  # type: ignore[assignment]
+    dtype: torch.dtype = raw_model.amp_dtype  # type: ignore[assignment]
+    return OuterAutocast(model, device_type, dtype), {"autocast_placement": "outside_forward"}

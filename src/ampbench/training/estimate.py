@@ -152,7 +152,7 @@ def preflight(
     spe = n_train // batch
     variants = study_variants(params_file)
     seeds = len(cfg.train.seeds)
-    per_image = {}
+    per_image: dict[str, float] = {}
     for name in sorted({v.split("-", 1)[1] for v in variants}, key=PRECISIONS.index):
         if name == "autocast_gradscaler" and "autocast" in per_image:
             per_image[name] = per_image["autocast"]  # same kernels; the scaler adds little

@@ -129,6 +129,6 @@ def check_batch(global_batch: int, data: dict) -> None:
 def make(kind: str, data: dict, global_batch: int, strategy, seed: int, workers: int):
     """The loader named by ``train.loader`` for this rank."""
     check_batch(global_batch, data)
-    args = (data["train_images"], data["train_labels"], global_batch)
-    args += (strategy.rank, strategy.world_size, strategy.device, seed)
+    images, labels = data["train_images"], data["train_labels"]
+    args = (images, labels, global_batch, strategy.rank, strategy.world_size, strategy.device, seed)
     return DeviceLoader(*args) if kind == "device" else TorchLoader(*args, workers=workers)

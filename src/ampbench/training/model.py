@@ -28,6 +28,9 @@ def _conv(c_in: int, c_out: int, batch_norm: bool, stride: int = 1) -> list[nn.M
 class AlexNet(nn.Module):
     """Conv 64-192-384-256-256 (3x3, first stride 2), FC 1024-fc_dim-fc_dim-10: 23.3 M params."""
 
+    mean: torch.Tensor  # buffers (register_buffer below), declared for the type checker
+    inv_std: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, num_classes: int = 10) -> None:
         super().__init__()
         bn = cfg.batch_norm

@@ -35,6 +35,8 @@ class ParallelStrategy(Protocol):
     graph_warmup_steps: int  # eager steps before a CUDA graph may be captured
     device: torch.device  # valid after setup()
 
+    def __init__(self, collective_timeout_s: float = 300.0) -> None: ...  # STRATEGIES[name](...)
+
     @property
     def is_main(self) -> bool: ...  # the one process that logs, checkpoints and publishes
     def setup(self) -> torch.device: ...  # processes, process group, device

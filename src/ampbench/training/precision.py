@@ -71,7 +71,8 @@ class PrecisionRun(Protocol):
 class PrecisionStrategy(Protocol):
     """A precision as the registry holds it: a name, and how a run sets it up."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: the registry's objects are frozen
 
     def setup(self, model: torch.nn.Module, device: torch.device) -> PrecisionRun:
         """Make the model compute in this precision (in its own forward); return the run's state."""
@@ -157,9 +158,9 @@ class Precision:
         if dtype is not None and not autocast_ok:
             log.warning("autocast is not available on %s: running without it", device.type)
         # Read by AlexNet.forward; plain attributes, so DataParallel replicas copy them.
-        model.amp_enabled = dtype is not None and autocast_ok
+        model.amp_enabled = dtype is not None and autocast_ok  # type: ignore[assignment]
         if dtype is not None:
-            model.amp_dtype = dtype
+            model.amp_dtype = dtype  # type: ignore[assignment]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             scaler = torch.amp.GradScaler(device.type, enabled=self.grad_scaler)

@@ -81,7 +81,8 @@ class Step:
         self.model, self.opt, self.precision = trainer.model, trainer.opt, trainer.precision
         self.criterion, self.stats, self.use_graph = criterion, stats, trainer.use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
-        self.graph, self.calls = None, 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.calls = 0
 
     def _run(self, images, labels) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -107,6 +108,7 @@ class Step:
             return None
         if self.graph is None:
             self._capture(images, labels)
+        assert self.graph is not None  # for the type checker: _capture set it
         self.static[0].copy_(images)
         self.static[1].copy_(labels)
         self.graph.replay()
