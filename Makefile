@@ -10,6 +10,7 @@
 #   make test-fast        the same lint, then the unit tests only (pytest -m "not slow"): under a
 #                         minute on 2 cores; the end-to-end tests (stages as subprocesses, the
 #                         pipeline, dvc, mlflow server, browser) are marked slow
+#   make plots [DIR=demo]  `dvc plots show` that works offline (fetches vega once from npm)
 #   make tutorial DATA=<path or URL>  the tutorial's conditions (DataLoader, batch 128, eager, single
 #                         GPU; experiment cifar10-amp-tutorial) in tutorial/, then docs/FINDINGS.md
 VENV ?= .venv
@@ -18,7 +19,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo.
 DATA_URL = $(if $(findstring ://,$(DATA)),$(DATA),$(abspath $(DATA)))
 
-.PHONY: install run demo tutorial findings test test-fast lint clean clean-demo clean-tutorial
+.PHONY: install run demo tutorial plots findings test test-fast lint clean clean-demo clean-tutorial
 
 install: $(VENV)/.installed
 
@@ -28,16 +29,32 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt
 	touch $@
 
+# dvc runs through ampbench.dvc_run (src/ampbench/dvc_run.py): the same command without DVC's
+# "No file hash info found" warnings (dvc exp run's check-out of outputs not made yet) and with
+# a stop (Ctrl-C, SIGTERM) told as one line: the train stage says what it saved, where, and the
+# command below that resumes. The recipe traps the signal so that it can finish; make, which got
+# it too, then exits by it (130, 143) without a line of its own.
+RESUME = make $@$(if $(DATA), DATA=$(DATA))
+DVC_RUN = AMPBENCH_RESUME_COMMAND='$(RESUME)' $(abspath $(PY)) -m ampbench.dvc_run
+STOPPABLE = trap 'signalled=1' INT TERM; $(DVC_RUN) $(1); status=$$?; \
+	if [ -n "$$signalled" ] && [ $$status -eq 130 -o $$status -eq 143 ]; then exit 0; fi; exit $$status
+
 run: install
 	-ampbench estimate
 ifdef DATA
-	dvc exp run -S 'data.url=$(DATA_URL)'
+	@echo "dvc exp run -S 'data.url=$(DATA_URL)'"
+	@$(call STOPPABLE,exp run -S 'data.url=$(DATA_URL)')
 else
-	dvc repro
+	@echo "dvc repro"
+	@$(call STOPPABLE,repro)
 endif
 
 # demo/ runs the same dvc.yaml (an exact copy, kept in sync here and checked by the tests) with
 # demo/params.yaml; demo/src links to src/ so the code deps resolve. Outputs stay in demo/.
+# demo/ and tutorial/ are DVC subrepos (`dvc init --subdir`: their own .dvc/), so that the
+# study's `dvc metrics show` / `plots show` / `exp show` at the root list none of their files
+# and theirs none of the study's. DVC_ROOT=the repo root keeps their MLflow runs in the repo's
+# mlflow.db (tracking/store.py reads DVC_ROOT; DVC sets it to demo/ otherwise).
 # DATA is written into demo/params.yaml (data.url, tracked in demo/dvc.lock) and `dvc repro` runs:
 # `dvc exp run` from demo/ would also check out the study's outputs and stage demo/src in git.
 # One OpenMP thread per process: on a busy 2-core machine two threads spin against each other
@@ -47,8 +64,9 @@ demo: install
 ifdef DATA
 	sed -i 's|^  url: .*|  url: $(DATA_URL)|' demo/params.yaml
 endif
-	cd demo && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} dvc repro
-	@cat demo/reports/comparison.md
+	@echo "cd demo && dvc repro"
+	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && $(call STOPPABLE,repro)
+	@echo "The comparison: demo/reports/comparison.md; in DVC: cd demo && dvc metrics show"
 
 # tutorial/ follows demo/'s pattern (a dvc.yaml copy, src -> ../src, its own params.yaml): the
 # study under the tutorial's conditions, to test its four claims. Then `make findings` writes
@@ -58,15 +76,33 @@ tutorial: install
 ifdef DATA
 	sed -i 's|^  url: .*|  url: $(DATA_URL)|' tutorial/params.yaml
 endif
-	cd tutorial && dvc repro
-	@cat tutorial/reports/comparison.md
+	@echo "cd tutorial && dvc repro"
+	@cd tutorial && export DVC_ROOT=$(CURDIR) && $(call STOPPABLE,repro)
+	@echo "The comparison: tutorial/reports/comparison.md; in DVC: cd tutorial && dvc metrics show"
+
+# `dvc plots show` writes a page that loads vega from a CDN: blank offline. `make plots` builds,
+# once, a page with vega, vega-lite and vega-embed inline (scripts/offline_plots.py, from the npm
+# registry, pinned and checksummed; ~0.8 MB, so built rather than committed), points DVC at it
+# (plots.html_template in the git-ignored .dvc/config.local of the study, demo/ and tutorial/),
+# then draws the study's plots, or demo's / tutorial's with DIR=demo / DIR=tutorial. From then on
+# a plain `dvc plots show` works offline too.
+PLOTS_PAGE = .dvc/tmp/offline-plots.html
+$(PLOTS_PAGE): scripts/offline_plots.py | $(VENV)/.installed
+	$(PY) scripts/offline_plots.py $@
+	@for d in . demo tutorial; do [ ! -d $$d/.dvc ] || (cd $$d && dvc config --local plots.html_template $(abspath $@)); done
+
+plots: install $(PLOTS_PAGE)
+	cd $(or $(DIR),.) && dvc plots show
 
 findings: install
 	ampbench findings $(if $(wildcard reports/bench.json),--bench reports/bench.json)
 
+# The commit checks on every tracked file (.pre-commit-config.yaml: ruff check, ruff format, large
+# files, merge conflicts, codespell; their environments come from PyPI, cached in ~/.cache/pre-commit
+# after the first run), then the type checker on the files [tool.mypy] in pyproject.toml lists.
 lint: install
-	ruff check .
-	ruff format --check .
+	pre-commit run --all-files --show-diff-on-failure
+	mypy
 
 test: lint
 	pytest
@@ -75,7 +111,7 @@ test-fast: lint
 	pytest -m "not slow"
 
 clean:
-	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.*
+	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.* reports/answer reports/views
 
 clean-demo:
 	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/dvc.lock

@@ -1,19 +1,13 @@
-"""Screenshots of the MLflow UI over a study's store, as a new user sees it (fresh browser profile).
+"""Headless Chromium over the MLflow UI, as a new user sees it (fresh browser profile): helpers.
 
-    .venv/bin/python scripts/ui_screenshots.py                      # mlflow.db at the repo root
-    .venv/bin/python scripts/ui_screenshots.py --store /path/mlflow.db --out docs/img
-
-Starts `mlflow server` on a free 127.0.0.1 port over the store, opens the link the pipeline prints
-(the study's runs, training view) in headless Chromium (Debian's `chromium`: `apt-get install
-chromium`) and writes docs/img/mlflow-runs.png (the nine variant rows) and
-docs/img/mlflow-charts.png (their charts). tests/test_pipeline.py uses `render` to check the
-link in a browser.
+`serve(store)` starts `mlflow server` on a free 127.0.0.1 port over a store; `render(url)` returns
+a page's DOM after some virtual time and can write a PNG (Debian's `chromium`: `apt-get install
+chromium`). scripts/mlflow_screenshots.py writes docs/img with them; tests/test_pipeline.py and
+tests/test_mlflow_view.py use them to check the printed link in a browser.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import socket
 import subprocess
@@ -97,36 +91,3 @@ def serve(store: Path, timeout: float = 120) -> tuple[subprocess.Popen, str]:
             time.sleep(0.5)
     proc.kill()
     raise SystemExit(f"mlflow server did not answer within {timeout} s")
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--store", type=Path, default=REPO / "mlflow.db", help="sqlite store (default: %(default)s)"
-    )
-    p.add_argument("--experiment", default="cifar10-amp")
-    p.add_argument("--out", type=Path, default=REPO / "docs" / "img")
-    args = p.parse_args()
-    if not chromium():
-        raise SystemExit("no chromium on PATH: apt-get install chromium")
-    if not args.store.exists():
-        raise SystemExit(f"{args.store}: no such store; run the study first (make run) or pass --store")
-    proc, uri = serve(args.store)
-    try:
-        os.environ["MLFLOW_TRACKING_URI"] = uri
-        sys.path.insert(0, str(REPO / "src"))
-        from ampbench.tracking.tracker import Tracker
-
-        link = Tracker(args.experiment).link()  # exactly what the pipeline prints
-        args.out.mkdir(parents=True, exist_ok=True)
-        render(link.replace("&compareRunsMode=CHART", ""), args.out / "mlflow-runs.png", size="1600,700")
-        render(link, args.out / "mlflow-charts.png", budget_ms=90000, size="1600,2200")
-        print(f"{link}\nwrote {args.out / 'mlflow-runs.png'} and {args.out / 'mlflow-charts.png'}")
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

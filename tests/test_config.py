@@ -85,6 +85,7 @@ def test_overrides_apply_and_config_is_frozen():
     assert cfg.digest() != load_config(REPO / "params.yaml").digest()
 
 
+@pytest.mark.no_store
 def test_cli_rejects_bad_params_before_any_side_effect(project: Path):
     (project / "params.yaml").write_text(
         (project / "params.yaml").read_text().replace("epochs: 2", "epochs: -1")
@@ -113,6 +114,7 @@ def _prepared_elsewhere(project: Path) -> None:
     (project / "data" / "prepared" / "source.json").write_text(json.dumps(made))
 
 
+@pytest.mark.no_store
 def test_training_refuses_data_prepared_from_other_settings(project: Path):
     """Runs must not log data params that did not make the data they trained on."""
     _prepared_elsewhere(project)
@@ -220,6 +222,7 @@ def test_params_that_is_a_folder_or_not_utf8_is_a_config_error(tmp_path: Path):
         load_config(path)
 
 
+@pytest.mark.no_store
 @pytest.mark.parametrize(
     "args",
     [

@@ -31,6 +31,9 @@ def test_folder_runs_the_same_pipeline(folder: str):
     """<folder>/dvc.yaml is the study's dvc.yaml (make demo / make tutorial re-sync it; CI catches a
     forgotten copy), its src is the study's, and its runs go to an experiment of their own."""
     assert (REPO / folder / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
+    # a DVC subrepo (the root's views list none of its files), set up as the root is
+    for name in (".dvcignore", ".dvc/config", ".dvc/plots/variants.json"):
+        assert (REPO / folder / name).read_text() == (REPO / name).read_text(), name
     assert (REPO / folder / "src").resolve() == (REPO / "src").resolve()
     params = yaml.safe_load((REPO / folder / "params.yaml").read_text())
     assert params["tracking"]["experiment"] != "cifar10-amp"
@@ -85,8 +88,10 @@ def test_make_demo_end_to_end(tmp_path: Path):
     # A stand-in venv whose tools are this one's; .installed newer than requirements: no install.
     venv = proj / ".venv" / "bin"
     venv.mkdir(parents=True)
-    for tool in ("python", "dvc", "ampbench"):
+    for tool in ("dvc", "ampbench"):
         os.symlink(VENV_BIN / tool, venv / tool)
+    (venv / "python").write_text(f'#!/bin/sh\nexec "{VENV_BIN / "python"}" "$@"\n')  # finds its packages
+    (venv / "python").chmod(0o755)
     (proj / ".venv" / ".installed").touch()
     # The real study's outputs, which the demo must leave alone.
     from ampbench.data import prepared
@@ -105,6 +110,7 @@ def test_make_demo_end_to_end(tmp_path: Path):
     proc = subprocess.run(
         ["make", "demo", f"DATA={archive}"], cwd=proj, env=env, capture_output=True, text=True, timeout=900
     )
+    (tmp_path / "make-demo.log").write_text(proc.stdout + proc.stderr)  # to read when it fails
     assert proc.returncode == 0, f"make demo: {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
 
     out = proj / "demo"
@@ -113,7 +119,12 @@ def test_make_demo_end_to_end(tmp_path: Path):
     comparison = (out / "reports" / "comparison.md").read_text()
     assert "DEMO ON A SUBSET, NOT THE STUDY'S RESULT" in comparison.split("|")[0]
     assert all(f"| {v} |" in comparison for v in VARIANTS)
-    assert "DEMO ON A SUBSET" in proc.stdout  # make demo ends by showing it
+    assert proc.stdout.count("DEMO ON A SUBSET") == 1  # the comparison, printed once
+    ui = next(line for line in proc.stdout.splitlines() if line.startswith("Start the UI first"))
+    assert f"ui --backend-store-uri sqlite:///{proj / 'mlflow.db'}" in ui  # beside the link it serves
+    output = proc.stdout + proc.stderr
+    for noise in ("No file hash info", "warmup_fraction", "ERROR", "Traceback"):
+        assert noise not in output, noise
     assert str(archive) in (out / "params.yaml").read_text()  # DATA became data.url (tracked)
     assert {p.name for p in out.glob("data/prepared/*")} >= {"cifar10.pt", "source.json"}
 
@@ -130,3 +141,13 @@ def test_make_demo_end_to_end(tmp_path: Path):
 
     assert {name: _digest(proj / name) for name in STUDY_FILES} == before
     assert not (proj / "dvc.lock").exists() and not (proj / "checkpoints").exists()
+
+    # DVC's views in demo/ (a DVC subrepo): the demo's answer only, a row per variant
+    shown = subprocess.run(
+        [str(VENV_BIN / "dvc"), "metrics", "show"], cwd=out, env=clean_env(), capture_output=True, text=True
+    )
+    rows = [line for line in shown.stdout.splitlines() if line.strip()]
+    assert sorted(line.split()[0] for line in rows[1:]) == sorted(
+        f"reports/answer/{v}.json" for v in VARIANTS
+    )
+    assert max(map(len, rows)) <= 200 and "failed" not in shown.stdout + shown.stderr

@@ -154,11 +154,12 @@ def test_logged_model_reproduces_the_evaluation_in_a_fresh_process(repro: Path, 
         assert json.loads(out.stdout.strip().splitlines()[-1]) == seed["test_accuracy"]
 
 
-def test_dvc_metrics_show_lists_all_nine_and_the_summary(repro: Path):
+def test_dvc_metrics_show_is_the_answer_one_row_per_variant(repro: Path):
     out = sh([str(VENV_BIN / "dvc"), "metrics", "show", "--json"], repro).stdout
     files = next(iter(json.loads(out).values()))["data"]  # keyed by revision ("" or "workspace")
-    listed = {Path(name).stem for name in files}
-    assert listed == {*VARIANTS, "summary"}
+    assert set(files) == {f"reports/answer/{v}.json" for v in VARIANTS}
+    columns = {"accuracy", "accuracy_std", "accuracy_diff", "images_per_s", "peak_mb", "speedup"}
+    assert all(set(f["data"]) == columns for f in files.values())  # none NaN, none left out
     summary = json.loads((repro / "reports" / "summary.json").read_text())
     assert set(summary) == set(VARIANTS)
     assert all(

@@ -16,6 +16,11 @@ This file shows every command and its options; each command's main is ``main(cfg
 in the module ``COMMANDS`` names (a few lines around a call into the module that does the work),
 imported only when that command runs. Nothing here imports torch or MLflow: ``--help``, a usage
 error or a configuration error is answered at once.
+
+An error the user can fix ends the command with one line and exit 1, no traceback: the errors in
+``EXPECTED_ERRORS``, any fault of the MLflow store (server gone, database corrupt, locked or full:
+``tracking.store.store_fault``) and a full disk. ``--debug`` (``-v``) or ``AMPBENCH_DEBUG=1``
+(for commands that DVC or MLflow start) shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ HELPERS = {
     "system-metrics": "ampbench.tracking.train_runs:system_metrics_main",
 }
 
-# Errors that end a command with their message instead of a traceback (exit 1; -v shows the
+# Errors that end a command with their message instead of a traceback (exit 1; --debug shows the
 # traceback), by (top-level package, class name): matching them imports nothing, and a class
 # that moves within the package still matches. tests/test_config.py checks that each exists.
 EXPECTED_ERRORS = {
@@ -77,7 +82,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a parameter, e.g. --set train.epochs=1 (repeatable)",
     )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        "--debug",
+        dest="verbose",
+        action="store_true",
+        help="debug logging, and a traceback for every error (also: AMPBENCH_DEBUG=1)",
+    )
     variant = argparse.ArgumentParser(add_help=False)
     variant.add_argument("--parallel", choices=PARALLELS, default="single", help="default: %(default)s")
     variant.add_argument("--precision", choices=PRECISIONS, default="fp32", help="default: %(default)s")
@@ -210,10 +222,29 @@ def main(argv: list[str] | None = None) -> int:
         if STOPPED in kinds:
             log.error("%s", err)
             return EXIT_STOPPED
-        if kinds & EXPECTED_ERRORS and not args.verbose:
+        if debugging(args):
+            raise
+        if kinds & EXPECTED_ERRORS:
             log.error("%s", err)
             return EXIT_ERROR
+        line = _fault_line(err)
+        if line:
+            log.error("%s", line)
+            return EXIT_ERROR
         raise
+
+
+def debugging(args) -> bool:
+    """--debug / -v, or AMPBENCH_DEBUG set (not 0): show tracebacks instead of one-line errors."""
+    return bool(args.verbose) or os.environ.get("AMPBENCH_DEBUG", "") not in ("", "0")
+
+
+def _fault_line(err: BaseException) -> str | None:
+    """One line for a full disk or a broken MLflow store anywhere in err's chain, else None."""
+    from ampbench.tracking import faults, store  # import neither MLflow nor torch
+
+    fault = faults.disk_full(err) or store.store_fault(err)
+    return str(fault) if fault else None
 
 
 def all_overrides(args) -> list[str]:

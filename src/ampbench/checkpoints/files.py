@@ -60,7 +60,12 @@ def atomic_save(obj: object, path: Path) -> None:
     tmp = path.with_name(temp_name(path))
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            try:
+                torch.save(obj, f)
+            except RuntimeError as err:  # torch's own writer hides ENOSPC: see _full
+                if _full(tmp):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err
+                raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -74,12 +79,39 @@ def atomic_save(obj: object, path: Path) -> None:
         raise
 
 
+# Less than this left after a failed write (the partial temp file still there) means it failed for
+# want of space: a filesystem block or two, plus slack for what other writers took meanwhile.
+FULL_MARGIN = 1 << 20
+
+
+def _full(tmp: Path) -> bool:
+    """Whether the filesystem holding `tmp` is (nearly) full.
+
+    torch.save's zip writer reports a failed write as `RuntimeError: [enforce fail at
+    inline_container.cc:...] . unexpected pos ...` or `PytorchStreamWriter failed writing file`,
+    with no errno; a full filesystem is then what is left to check. Root may also use the blocks
+    reserved for it, so its limit is the free blocks, everyone else's the available ones.
+    """
+    try:
+        st = os.statvfs(tmp.parent)
+    except OSError:
+        return False
+    blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    return blocks * st.f_frsize < FULL_MARGIN
+
+
 def save(obj: dict, path: Path) -> None:
     try:
         atomic_save(obj, path)
     except OSError as err:
-        hint = " (disk full: free space for checkpoints/ and models/)" if err.errno == errno.ENOSPC else ""
-        raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}{hint}") from err
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            free = shutil.disk_usage(path.parent).free
+            raise CheckpointError(
+                f"{os.strerror(err.errno)}: could not write checkpoint {path} ({free / 2**20:.1f} MiB free "
+                f"there); free space on that filesystem, or point {path.parent} elsewhere (a symlink to a "
+                "larger disk), then re-run the same command (any previous checkpoint is intact)"
+            ) from err
+        raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}") from err
 
 
 def load(path: Path, map_location: str | torch.device = "cpu") -> dict:

@@ -10,6 +10,7 @@ changes meaning; files without it are format 1, the untyped dicts of older versi
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar, Self
@@ -36,7 +37,13 @@ class _SavedFile:
 
     @classmethod
     def load(cls, path: Path, map_location: str | torch.device = "cpu") -> Self:
-        """Read and validate `path`; FileNotFoundError if it is missing, else CheckpointError."""
+        """Read and validate `path`; FileNotFoundError if it is missing, else CheckpointError.
+
+        Also removes the temp files that writers killed mid-save (kill -9, OOM killer) left beside
+        it: a resumed seed may train for long before its next save would remove them.
+        """
+        with suppress(OSError):  # a read-only folder still reads
+            files.remove_stale_temps(Path(path))
         raw = files.load(path, map_location)
         problem = cls._problem(raw)
         if problem:

@@ -11,9 +11,11 @@ the same folder and are renamed into place only once complete and verified.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import logging
+import lzma
 import os
 import shutil
 import tarfile
@@ -21,6 +23,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm import tqdm
@@ -135,6 +138,8 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
                             got += len(chunk)
                             bar.update(len(chunk))
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
+                if _no_space(exc):  # our write failed, not the network: retrying cannot help
+                    raise DataError(_no_space_message(Path(tmp), final)) from exc
                 raise _AttemptFailed(f"network error: {exc}", _NO_NETWORK_FIX) from exc
             if size >= 0 and got != size:
                 raise _AttemptFailed(f"short read: got {got} of {size} bytes", _NO_NETWORK_FIX)
@@ -162,16 +167,62 @@ def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
     raise DataError(f"refusing archive {archive}: member {name!r} {problem}; use a trusted archive")
 
 
+def _no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _no_space_message(written: Path, final: Path) -> str:
+    free_mib = shutil.disk_usage(final.parent).free / 2**20
+    return (
+        f"No space left on device: could not write {written} ({free_mib:.1f} MiB free there); free "
+        f"space on that filesystem, or point {final.parent} elsewhere (a symlink to a larger disk), "
+        "then re-run `ampbench download`"
+    )
+
+
+def _check_complete(tar: tarfile.TarFile, archive: Path) -> None:
+    """Raise _Corrupt unless the archive ends with tar's end-of-archive zero blocks.
+
+    tarfile stops silently at the first member header it cannot read (a flipped byte, a cut) and
+    never reads a .gz to its end, where the gzip CRC is checked: read on from where it stopped to
+    the end of the (decompressed) stream, so the decompressor checks its CRC, and look at the rest.
+    """
+    stream = tar.fileobj
+    stream.seek(tar.offset)
+    rest, garbage = 0, False
+    while chunk := stream.read(CHUNK):
+        rest += len(chunk)
+        garbage = garbage or chunk.count(0) != len(chunk)
+    if garbage or rest < tarfile.BLOCKSIZE:
+        where = f"unreadable data after member {tar.members[-1].name!r}" if tar.members else "no members"
+        raise _Corrupt(f"{where}, no end-of-archive marker: truncated or damaged")
+
+
+class _Corrupt(Exception):
+    """The archive's bytes are damaged (checksum, CRC, cut short); the message says where."""
+
+
+# Raised while reading a damaged compressed stream (zlib and lzma errors are no OSError).
+_DAMAGED = (_Corrupt, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, OSError)
+
+
 def safe_extract(archive: Path, dest: Path) -> Path:
-    """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically."""
+    """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically.
+
+    A damaged archive (bad CRC, truncated) raises DataError saying so and leaves no extraction,
+    not even an older one at `dest` (it no longer matches the archive).
+    """
     archive, dest = Path(archive), Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     for kind in ("extracting", "old"):
         _remove_stale(dest, kind)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=files.temp_name(dest, "extracting") + "-"))
+    opened = False
     try:
         with tarfile.open(archive, "r:*") as tar:
+            opened = True
             members = tar.getmembers()
+            _check_complete(tar, archive)
             for member in members:  # check everything before writing anything
                 _check_member(member, archive)
             # filter="data" is a second line of defence should the checks above miss something.
@@ -182,8 +233,16 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             os.replace(dest, old / dest.name)
             shutil.rmtree(old)
         os.replace(tmp, dest)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
+    except _DAMAGED as exc:
+        if _no_space(exc):
+            raise DataError(_no_space_message(tmp, dest)) from exc
+        if not opened or (isinstance(exc, OSError) and exc.errno is not None):
+            raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
+        shutil.rmtree(dest, ignore_errors=True)
+        raise DataError(
+            f"the archive {archive} is corrupt (CRC/checksum failure: {exc}): it was damaged or cut short "
+            "on the way; re-download it (or point data.url at a good copy), then re-run `ampbench download`"
+        ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -46,7 +46,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     _write(res, out)  # first: the results never depend on the tracking store
     res["run_id"] = track(cfg, res, out)
     print(to_markdown(res))
-    return 0
+    return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
 
 
 def _check_benchmarkable(variants: list[str]) -> None:
@@ -152,7 +152,13 @@ def track(cfg, res: dict, out: Path) -> str | None:
         tracker.end(run_id, "FINISHED")
         return run_id
     except Exception as err:  # the store failed: the measurement must not be lost with it
-        log.warning("bench not recorded in MLflow (%s); the results are in %s.json and .md", err, out)
+        from ampbench.tracking import store
+
+        log.error(
+            "bench not recorded in MLflow: %s. The results are in %s.json and .md",
+            store.store_fault(err) or err,
+            out,
+        )
         if run_id:
             tracker.end_quietly(run_id, "FAILED")
             _write(res, out)  # without the id of a run that does not hold them

@@ -4,8 +4,10 @@
     ampbench compare --variants single-fp32,single-autocast
 
 Writes ``reports/comparison.{md,csv,png}`` and ``reports/summary.json`` from the evaluate stages'
-metrics files. Each variant's run gets its speed-up, accuracy delta and p-value (its row in the
-MLflow UI); a ``compare`` run holds the table and chart only.
+metrics files, and the answer in the shapes DVC's views read (report/answer.py: ``reports/answer/``
+for `dvc metrics show`, ``reports/views/`` for `dvc plots show`). Each variant's run gets its
+speed-up, accuracy delta and p-value (its row in the MLflow UI); a ``compare`` run holds the table
+and chart only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ROW_METRICS = ("speedup", "accuracy_delta", "p_value")
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
-    from ampbench.report import compare
+    from ampbench.report import answer, compare
     from ampbench.tracking.tracker import KIND_TAG, Tracker
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -30,6 +32,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
     rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR, compare.subset_notice(cfg))
+    answer.write(rows, REPORTS_DIR / "plots" / "curves", REPORTS_DIR)
     print((REPORTS_DIR / "comparison.md").read_text())
     # The comparison's numbers go to each variant's run (its row in the UI); the compare run holds
     # the table and chart only, so it adds no charts beside the training runs'.
@@ -40,6 +43,22 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     run_id = tracker.start("compare", {KIND_TAG: "compare"}, {"variants": ",".join(variants)})
     for name in OUTPUTS:
         tracker.log_artifact(run_id, REPORTS_DIR / name)
+    tracker.publish_answer(rows, run_id, compare.subset_notice(cfg))  # tracking/view.py
     tracker.end(run_id, "FINISHED")
     print(f"Browse the runs: {tracker.link()}")
+    if command := ui_command(tracker.uri):
+        print(f"Start the UI first (it serves that address): {command}")
     return 0
+
+
+def ui_command(uri: str) -> str:
+    """The command that serves a sqlite store's UI at the link's address; "" for a server's URI."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    if not uri.startswith("sqlite:"):
+        return ""  # a tracking server: the link opens it
+    mlflow = Path(sys.executable).absolute().with_name("mlflow")  # this venv's, absolute: any folder
+    program = shlex.quote(str(mlflow)) if mlflow.exists() else "mlflow"
+    return f"{program} ui --backend-store-uri {shlex.quote(uri)}"

@@ -53,6 +53,10 @@ def reference_model(tracker, run_id: str, name: str, model_file: Path, facts: di
         tags={"ampbench.model_file": where, "mlflow.note.content": note},
         params={k: str(v) for k, v in facts.items()},
     )
+    from mlflow.entities import LoggedModelOutput
+
+    # The seed run's "Logged models" names it too (its source_run_id alone shows only in the Models tab).
+    tracker.client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
     return model.model_id
 
 

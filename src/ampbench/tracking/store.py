@@ -4,16 +4,25 @@ The store is ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<repo root>/mlfl
 artifacts in ``<repo root>/mlruns``), also when DVC runs a stage in a temporary folder. A new
 sqlite store is created and migrated by one process at a time (``store_lock``), and MLflow's HTTP
 calls can be bounded for a block (``http_limits``) so that a dead server costs seconds.
+``store_fault`` turns whatever MLflow, SQLAlchemy or requests raised for a broken store (server
+gone, database corrupt, locked or full) into one ``TrackingError`` line: what, which store, the fix
+(the wording: ``tracking.faults``).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ampbench.tracking import faults
+
 UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
+# Opening or creating a store holds `store_lock` for about a second (a new store's migration: a
+# few); a holder that keeps it far longer is stopped or hung, and waiting on it would hang us too.
+STORE_LOCK_TIMEOUT_S = 30.0
 
 
 class TrackingError(RuntimeError):
@@ -41,12 +50,16 @@ def ui_base(uri: str) -> str:
 
 
 def runs_link(uri: str, experiment_id: str) -> str:
-    """A link that opens the experiment's training runs as charts, not the GenAI overview.
+    """A link that opens the study's answer: the nine variant runs as a table of their results.
 
     The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
-    inside the hash selects the training view and the UI remembers it.
+    inside the hash selects the training view and the UI remembers it. ``viewStateShareKey``
+    opens the shared view that ``tracking.view`` stores on the experiment (columns, filter, sort,
+    charts).
     """
-    query = "workflowType=machine_learning&compareRunsMode=CHART"
+    from ampbench.tracking.view import SHARE_KEY
+
+    query = f"workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey={SHARE_KEY}"
     return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
 
 
@@ -61,11 +74,12 @@ def _sqlite_file(uri: str) -> Path | None:
 
 
 @contextmanager
-def store_lock(uri: str):
+def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
     """Exclusive flock on `<db>.lock` beside a sqlite store; no-op for any other store.
 
     Two processes opening a new store both run MLflow's schema migration (and both create the
     experiment): `duplicate column`, `_alembic_tmp_* already exists`, a store broken for good.
+    A lock still held after `timeout_s` raises TrackingError naming its holder.
     """
     db = _sqlite_file(uri)
     if db is None:
@@ -80,16 +94,38 @@ def store_lock(uri: str):
             "exist and writable, or fix MLFLOW_TRACKING_URI"
         ) from None
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, also if we are killed
+        deadline = time.monotonic() + timeout_s
+        while True:  # released when the file closes, also if its holder is killed
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = faults.lock_holders(lock) or "another process"
+                    raise TrackingError(
+                        f"MLflow store {uri} is busy: {lock} has been locked for over {timeout_s:g} s by "
+                        f"{holder} (a stage opening the store); if that process is stopped (Ctrl-Z) or "
+                        "hung, end it, then re-run the same command"
+                    ) from None
+                time.sleep(0.1)
         yield
 
 
 def ensure_store(uri: str):
-    """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time."""
+    """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time.
+
+    A store that cannot be opened (corrupt, locked, full) raises `store_fault`'s TrackingError.
+    """
     from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
 
     with store_lock(uri):
-        return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
+        try:
+            return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
+        except Exception as err:
+            fault = store_fault(err, uri)
+            if fault is None:
+                raise
+            raise fault from err
 
 
 @contextmanager
@@ -115,5 +151,16 @@ def http_limits(seconds: float, retries: int):
 
 
 def brief(err: BaseException) -> str:
+    """What went wrong, in a few words: a store fault's reason, else `Type: first line`."""
+    found = faults.classify(err)
+    if found:
+        return found[1]
     text = str(err).splitlines()[0][:300] if str(err) else ""
     return f"{type(err).__name__}: {text}"
+
+
+def store_fault(err: BaseException, uri: str | None = None) -> TrackingError | None:
+    """One line for a store fault in err's chain (what failed, which store, the fix), or None."""
+    uri = uri or tracking_uri()
+    text = faults.describe(err, uri, _sqlite_file(uri))
+    return TrackingError(text) if text else None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ampbench.tracking import store
+from ampbench.tracking import store, view
 from ampbench.tracking.epoch_hooks import EpochHooks
 from ampbench.tracking.metric_names import metric_name
 from ampbench.tracking.store import TrackingError, repo_root, temporary_env, tracking_uri
@@ -99,7 +99,7 @@ class Tracker:
             with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
                 self.experiment_id()
         except Exception as err:
-            raise TrackingError(
+            raise store.store_fault(err, self.uri) or TrackingError(
                 f"MLflow tracking store {self.uri} is not usable ({store.brief(err)}). Start the server, "
                 "fix or unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
@@ -114,8 +114,15 @@ class Tracker:
             if self.uri.startswith("sqlite:") and "MLFLOW_TRACKING_URI" not in os.environ:
                 location = (repo_root() / "mlruns").as_uri()  # absolute, never a temp folder
             self._experiment_id = self.client.create_experiment(self.experiment, location)
+            found = self.client.get_experiment(self._experiment_id)
         else:
             self._experiment_id = found.experiment_id
+        try:
+            view.ensure_shared_view(self.client, found)  # what the printed link opens
+        except Exception as err:  # a view is no reason to stop a study
+            log.warning(
+                "could not store the UI's answer view on experiment %s: %s", self.experiment, store.brief(err)
+            )
         return self._experiment_id
 
     def link(self) -> str:
@@ -171,6 +178,10 @@ class Tracker:
                 },
             )
         return run_id
+
+    def publish_answer(self, rows: list[dict], compare_run_id: str, notice: str = "") -> None:
+        """The comparison's answer where the printed link shows it (``tracking.view``)."""
+        view.publish(self, rows, compare_run_id, notice)
 
     def resume(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")

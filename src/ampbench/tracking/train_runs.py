@@ -18,6 +18,7 @@ from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config
 from ampbench.data import prepared
 from ampbench.timing import StageClock
+from ampbench.tracking import view
 from ampbench.tracking.tracker import (
     CONDITIONS_TAG,
     KIND_TAG,
@@ -110,7 +111,8 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
         "config_digest": digest,
         **environment_facts(),
     }
-    run_id = tracker.variant_run(variant, {**tags, CONDITIONS_TAG: cfg.tracking.conditions}, params)
+    colour = {view.COLOR_TAG: view.COLORS[variant]} if variant in view.COLORS else {}  # one per variant
+    run_id = tracker.variant_run(variant, {**tags, **colour, CONDITIONS_TAG: cfg.tracking.conditions}, params)
     write_json(work / "variant.json", {"run_id": run_id, "config_digest": digest})
     return run_id
 

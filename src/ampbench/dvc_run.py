@@ -1,0 +1,108 @@
+"""`dvc` as `make run` starts it: the same command, its output without two kinds of noise.
+
+    python -m ampbench.dvc_run repro
+    python -m ampbench.dvc_run exp run -S data.url=/path/to/cifar10.tar.gz
+
+1. ``dvc exp run`` first checks the declared outputs out against dvc.lock with force, and warns
+   "No file hash info found for '<out>'. It won't be created." for every output without a hash
+   yet: all of them on a first run (no dvc.lock), the unfinished ones after a stop. Nothing is
+   wrong and nothing is to be done (the stages create them), so these warnings are dropped.
+2. A stop (Ctrl-C, SIGTERM) is not a crash: the stage saves, prints what it saved and how to
+   resume, and exits 130 / 143; DVC would then print "ERROR: failed to reproduce ... exited with
+   130" and exit 255. Here DVC's error becomes one line (only where the stage printed none: a
+   train stage that saved prints its own) and the exit status the conventional 128 + signal.
+
+SIGTERM to this process while a stage runs waits for the stage (which got it too and saves), as
+DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
+(set by the Makefile) is the command the stop line names; default: this dvc command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import signal
+import sys
+
+HASH_WARNING = "No file hash info found for"
+# a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
+STOP_STATUS = {code: sig for sig in (signal.SIGINT, signal.SIGTERM) for code in (128 + sig, -sig)}
+INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
+FAILED = re.compile(r"failed to reproduce '(?P<stage>[^']+)'.*exited with (?P<status>-?\d+)", re.S)
+RESUME_ENV = "AMPBENCH_RESUME_COMMAND"
+
+
+def _messages(record: logging.LogRecord) -> str:
+    """The record's message and its exception chain, as DVC prints them joined."""
+    parts, exc = [record.getMessage()], record.exc_info[1] if record.exc_info else None
+    while exc is not None:
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return ": ".join(p for p in parts if p)
+
+
+class Quiet(logging.Filter):
+    """Drops the hash warnings and remembers (and drops) the error a stop causes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopped_stage: str | None = None
+        self.stage_said_it = False
+        self.signum = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.getMessage().startswith(HASH_WARNING):
+            return False
+        if record.levelno < logging.ERROR:
+            return True
+        text = _messages(record)
+        if "interrupted by the user" in text:
+            self.signum = self.signum or signal.SIGINT
+            return False
+        failed = FAILED.search(text)
+        if failed and int(failed["status"]) in STOP_STATUS:
+            self.stopped_stage = failed["stage"]
+            self.signum = STOP_STATUS[int(failed["status"])]
+            # a train stage that exited (not died) saved and said so, with the resume command
+            self.stage_said_it = self.stopped_stage.startswith("train@") and int(failed["status"]) > 0
+            return False
+        return True
+
+    def on_sigterm(self, signum, frame) -> None:
+        self.signum = signal.SIGTERM
+        # DVC ignores SIGINT exactly while a stage's command runs: then the stage (which got the
+        # signal too) stops and saves, and its exit status ends the run. Otherwise stop DVC now.
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+def stop_line(quiet: Quiet, argv: list[str]) -> str:
+    """What a stop says where the stage said nothing (every stage but train's)."""
+    resume = os.environ.get(RESUME_ENV) or shlex.join(["dvc", *argv])
+    where = f" during stage '{quiet.stopped_stage}'" if quiet.stopped_stage else ""
+    name = signal.Signals(quiet.signum).name
+    return f"Stopped by {name}{where}; the stages that finished are kept. To resume: {resume}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import dvc  # noqa: F401  (sets DVC's log handlers up)
+    from dvc.cli import main as dvc_main
+
+    argv = sys.argv[1:] if argv is None else argv
+    quiet = Quiet()
+    for name in ("dvc", "dvc_data", "dvc_objects"):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(quiet)
+    signal.signal(signal.SIGTERM, quiet.on_sigterm)
+    status = dvc_main(argv)
+    if not quiet.signum or status not in (255, INTERRUPTED):
+        return status
+    if not quiet.stage_said_it:
+        print(stop_line(quiet, argv), file=sys.stderr, flush=True)
+    return 128 + quiet.signum
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The study's answer in the shapes DVC's views read (written by the compare stage).
+
+    reports/answer/<variant>.json      DVC metrics: one flat file per variant, so `dvc metrics show`
+                                       prints one row per variant and six short columns
+    reports/views/speedup.csv          speed-up per variant (`dvc plots show`: a bar chart)
+    reports/views/test_accuracy.csv    test accuracy per epoch and variant, mean over seeds (one
+                                       line per variant in one chart: .dvc/plots/variants.json)
+
+Values are rounded to the digits that carry information: the seeds' spread of test accuracy is
+about 1e-3, so four decimals; images/s and MB as integers; speed-up to two decimals.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+ANSWER_DIR = "answer"
+VIEWS_DIR = "views"
+# key in the metrics file -> (row of report/compare.summarize, digits); `dvc metrics show` sorts
+# the columns by name: accuracy, its spread and its difference, then speed, memory, speed-up.
+METRICS = {
+    "accuracy": ("test_accuracy_mean", 4),
+    "accuracy_std": ("test_accuracy_std", 4),
+    "accuracy_diff": ("accuracy_delta", 4),
+    "images_per_s": ("images_per_second_mean", 0),
+    "peak_mb": ("peak_memory_mb_mean", 0),
+    "speedup": ("speedup", 2),
+}
+
+
+def _rounded(value, digits: int):
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return int(round(value)) if digits == 0 else round(float(value), digits)
+
+
+def answer_metrics(row: dict) -> dict:
+    """One variant's answer: the columns of `dvc metrics show` (NaN left out, not written as null)."""
+    values = {key: _rounded(row.get(field), digits) for key, (field, digits) in METRICS.items()}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def mean_curve(curve_csv: Path) -> list[dict]:
+    """Test accuracy per epoch, averaged over the seeds in evaluate's per-variant curve file."""
+    by_epoch: dict[int, list[float]] = defaultdict(list)
+    with open(curve_csv, newline="") as f:
+        for record in csv.DictReader(f):
+            value = record.get("test_accuracy") or ""
+            if value.strip():  # epochs without an evaluation (train.eval_each_epoch: false)
+                by_epoch[int(record["epoch"])].append(float(value))
+    return [
+        {"epoch": epoch, "test_accuracy": round(statistics.fmean(values), 4)}
+        for epoch, values in sorted(by_epoch.items())
+    ]
+
+
+def _write_csv(path: Path, fields: list[str], records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def write(rows: list[dict], curves_dir: Path, out_dir: Path) -> None:
+    """The answer files for `rows` (report/compare.summarize) under out_dir (reports/)."""
+    answer, views = out_dir / ANSWER_DIR, out_dir / VIEWS_DIR
+    for folder in (answer, views):  # a variant dropped from the study leaves no stale file
+        shutil.rmtree(folder, ignore_errors=True)
+    answer.mkdir(parents=True)
+    for row in rows:
+        text = json.dumps(answer_metrics(row), indent=1) + "\n"
+        (answer / f"{row['variant']}.json").write_text(text)
+    speedups = [{"variant": r["variant"], "speedup": _rounded(r["speedup"], 2)} for r in rows]
+    speedups = [s for s in speedups if s["speedup"] is not None]
+    _write_csv(views / "speedup.csv", ["variant", "speedup"], speedups)
+    curves = []
+    for row in rows:
+        curve = curves_dir / f"{row['variant']}.csv"
+        if curve.exists():
+            curves += [{"variant": row["variant"], **point} for point in mean_curve(curve)]
+    _write_csv(views / "test_accuracy.csv", ["variant", "epoch", "test_accuracy"], curves)

@@ -1,0 +1,168 @@
+"""What a broken MLflow store looks like, in one line: the server gone, the database corrupt,
+locked or full. MLflow, SQLAlchemy, sqlite and requests report these as exceptions of their own,
+often wrapped in each other (an MlflowException around a requests error around a urllib3 one);
+``classify`` finds the fault in the whole chain by the exceptions' packages and words, and
+``describe`` says what failed, which store, and what to do. Nothing here imports those packages:
+the CLI uses it on any error without paying for MLflow's import. ``disk_full`` does the same
+for a full disk under any wrapper.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+# Top-level packages whose exceptions mean "the store failed" (matched by name: nothing imported).
+STORE_PACKAGES = {"mlflow", "sqlalchemy", "sqlite3", "alembic", "requests", "urllib3", "http"}
+
+# (kind, phrases in the error text, the reason shown); the first kind that matches wins.
+_SIGNS = (
+    ("locked", ("database is locked", "database table is locked"), "sqlite: database is locked"),
+    ("full", ("database or disk is full",), "sqlite: database or disk is full"),
+    (
+        "corrupt",
+        (
+            "file is not a database",
+            "database disk image is malformed",
+            "malformed database schema",
+            "file is encrypted",
+        ),
+        "",
+    ),
+    ("unopenable", ("unable to open database file",), "sqlite: unable to open database file"),
+    ("refused", ("connection refused", "failed to establish a new connection"), "connection refused"),
+    ("silent", ("read timed out", "timed out", "timeout"), "no answer in time"),
+    ("dropped", ("connection aborted", "remotedisconnected", "connection reset", "remote end closed"), ""),
+    ("unresolved", ("name or service not known", "name resolution", "nodename nor servname"), ""),
+    ("http", ("failed with error code",), ""),
+)
+
+
+def _chain(err: BaseException):
+    """err, its cause and its context, and theirs (a raise inside an except keeps both)."""
+    seen, todo = set(), [err]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__]
+
+
+def _from_store(err: BaseException) -> bool:
+    return any(c.__module__.partition(".")[0] in STORE_PACKAGES for e in _chain(err) for c in type(e).__mro__)
+
+
+def classify(err: BaseException) -> tuple[str, str] | None:
+    """(kind, short reason) of a store fault in err's chain, or None if it is none."""
+    if not _from_store(err):
+        return None
+    texts = [f"{type(e).__name__}: {e}" for e in _chain(err)]
+    for kind, phrases, reason in _SIGNS:
+        for text in texts:
+            low = text.lower()
+            hit = next((p for p in phrases if p in low), None)
+            if hit:
+                if not reason:  # the phrase in its own words, e.g. "file is not a database"
+                    start = low.index(hit)
+                    reason = text[start : start + 120].splitlines()[0].rstrip(").'\"")
+                return kind, reason
+    first = texts[0].splitlines()[0][:200]
+    return "other", first
+
+
+def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
+    """One line for a store fault in err's chain (what failed, which store, the fix), or None.
+
+    `uri`: the store the stage used; `db`: its sqlite file, if it is one.
+    """
+    found = classify(err)
+    if found is None:
+        return None
+    kind, reason = found
+    rerun = "then re-run the same command"
+    if kind in ("refused", "silent", "dropped", "unresolved"):
+        text = (
+            f"MLflow tracking server {uri} is not answering ({reason}): start it again (`mlflow server "
+            "--backend-store-uri ...`), or fix or unset MLFLOW_TRACKING_URI (unset: the repo's "
+            f"mlflow.db); {rerun}"
+        )
+    elif kind == "http":
+        text = f"MLflow tracking server {uri} failed a request ({reason}): see the server's log; {rerun}"
+    elif kind == "corrupt" and db is None:
+        text = f"MLflow store {uri} is corrupt ({reason}): repair or replace it, or fix MLFLOW_TRACKING_URI"
+    elif kind == "corrupt":
+        text = (
+            f"MLflow store {uri} is corrupt ({reason}): move {db} aside (`mv {db} {db}.broken`) to start "
+            "an empty store, restore it from a backup, or point MLFLOW_TRACKING_URI at another store; "
+            + rerun
+        )
+    elif kind == "locked":
+        holders = lock_holders(db) if db else ""
+        text = (
+            f"MLflow store {uri} is locked by {holders or 'another process'} ({reason}): wait for it to "
+            f"finish, or end it; {rerun}"
+        )
+    elif kind == "full":
+        text = (
+            f"No space left on device for MLflow store {uri} ({reason}): free space on its filesystem, or "
+            f"point MLFLOW_TRACKING_URI at a store elsewhere; {rerun}"
+        )
+    elif kind == "unopenable":
+        where = db.parent if db else uri
+        text = (
+            f"MLflow store {uri} cannot be opened ({reason}): make {where} exist and writable, or fix "
+            "MLFLOW_TRACKING_URI"
+        )
+    else:
+        text = (
+            f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
+            "--debug (or AMPBENCH_DEBUG=1) shows the traceback"
+        )
+    return text
+
+
+def lock_holders(path: Path) -> str:
+    """'pid N (name)' of the other processes holding a lock on `path` (Linux /proc/locks), or ''."""
+    try:
+        st = path.stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return ""
+    dev, pids = (os.major(st.st_dev), os.minor(st.st_dev)), []
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        for i, field in enumerate(fields[1:], 1):
+            parts = field.split(":")
+            if len(parts) == 3 and parts[2] == str(st.st_ino):
+                try:
+                    same = (int(parts[0], 16), int(parts[1], 16)) == dev
+                    pid = int(fields[i - 1])
+                except ValueError:
+                    continue
+                if same and pid > 0 and pid != os.getpid() and pid not in pids:
+                    pids.append(pid)
+    return ", ".join(f"pid {pid} ({_comm(pid)})" for pid in pids)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
+
+
+def disk_full(err: BaseException) -> str | None:
+    """One line for an OSError ENOSPC/EDQUOT anywhere in err's chain (naming its file), or None."""
+    for e in _chain(err):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (
+                f"{os.strerror(e.errno)}: could not write {e.filename or 'a file'}; free space on its "
+                "filesystem, or point that folder elsewhere (a symlink to a larger disk), then re-run "
+                "the same command"
+            )
+    return None

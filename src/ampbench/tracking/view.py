@@ -1,0 +1,234 @@
+"""How a study opens in the MLflow UI: the answer on the first screen.
+
+The link the project prints (``store.runs_link``) opens the experiment's runs table through the
+UI's shared-view mechanism (its Share button): the view state is an experiment tag
+``mlflow.sharedViewState.<SHARE_KEY>`` (``Tracker.experiment_id`` stores it) and the link carries
+``viewStateShareKey=<SHARE_KEY>``. The view shows the nine variant runs only (not their seeds),
+sorted by speed-up, and one column: each variant run's description, which starts with its answer
+in one line (``summary_line``: speed-up over single-fp32, test accuracy ± std and its difference,
+images/s, peak memory). At 1280x800 in a fresh profile, with the assistant panel MLflow opens
+there, all nine rows fit; a metric column (a second header row) or an experiment description
+(a box above the table) would push the ninth off, so there are neither. The numbers are also
+``answer/*`` metrics on each variant run (rounded where the digits are noise): the chart view
+opens on an ``answer`` section of bar charts, one colour per variant. The compare run's
+description holds the study's table (``study_note``).
+
+UI-INTERNAL FORMAT, read from mlflow 3.17's JS bundle (mlflow/server/js/build/static/js): the tag
+value is ``deflate;`` + base64 of the zlib-deflated JSON; the JSON's keys are the runs page's
+search facets (searchFilter, orderByKey, orderByAsc, ...) and UI state (selectedColumns,
+compareRunCharts, compareRunSections, runsHiddenMode, ...); a column is ``metrics.`<key>```.
+No public API sets it. tests/test_mlflow_view.py opens the link in a real browser and fails when
+a new MLflow reads it differently.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+
+SHARE_KEY = "answer"  # store.runs_link puts it in the printed link
+SHARED_VIEW_TAG = "mlflow.sharedViewState." + SHARE_KEY
+NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
+COLOR_TAG = "mlflow.runColor"  # a run's colour in the charts
+KIND_FILTER = "tags.`ampbench.kind` = 'variant'"
+BASELINE = "single-fp32"
+
+# The answer as metrics: (key of a report.compare row, MLflow metric name, scale, digits kept).
+# Accuracy in percent: the UI's bar labels show two decimals, which for a fraction hides every
+# difference (0.84 vs 0.84); in percent two decimals resolve one image in 10,000.
+ANSWER = (
+    ("speedup", "answer/speedup_vs_single_fp32", 1, 2),
+    ("images_per_second_mean", "answer/images_per_s", 1, 0),
+    ("test_accuracy_mean", "answer/test_accuracy_pct", 100, 2),
+    ("test_accuracy_std", "answer/test_accuracy_std_pct", 100, 2),
+    ("accuracy_delta", "answer/accuracy_delta_pct_points", 100, 2),
+    ("peak_memory_mb_mean", "answer/peak_memory_mb", 1, 0),
+)
+DESCRIPTION = "attributes.`Description`"  # the runs table's column of run descriptions
+DESCRIPTION_WIDTH = 560
+
+# One colour per variant (two variants never share one): parallel sets the hue family,
+# precision the shade.
+COLORS = {
+    "single-fp32": "#1f4e9c",
+    "single-autocast": "#3d85d8",
+    "single-autocast_gradscaler": "#8fbdf0",
+    "dp-fp32": "#a3480f",
+    "dp-autocast": "#e6791e",
+    "dp-autocast_gradscaler": "#f5b971",
+    "ddp-fp32": "#1e7a3a",
+    "ddp-autocast": "#38b05c",
+    "ddp-autocast_gradscaler": "#93d9a6",
+}
+
+
+def encode(state: dict) -> str:
+    """The tag value the UI decodes: ``deflate;`` + base64(zlib(JSON))."""
+    raw = json.dumps(state, separators=(",", ":")).encode()
+    return "deflate;" + base64.b64encode(zlib.compress(raw, 9)).decode()
+
+
+def decode(value: str) -> dict:
+    if not value.startswith("deflate;"):
+        return json.loads(value)
+    return json.loads(zlib.decompress(base64.b64decode(value[len("deflate;") :])))
+
+
+def _section(uuid: str, name: str) -> dict:
+    return {"uuid": uuid, "name": name, "display": True, "isReordered": False, "columns": 2}
+
+
+def _bar(uuid: str, section: str, metric: str) -> dict:
+    return {
+        "uuid": uuid,
+        "type": "BAR",
+        "runsCountToCompare": 10,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        "metricKey": metric,
+        "displayName": metric.split("/")[-1],
+    }
+
+
+def view_state() -> dict:
+    """The shared view: the nine variant runs with their answer line, and the answer charts first."""
+    metrics = [name for _, name, _, _ in ANSWER]
+    # The description (its first line is the answer) only: a metric column adds a header row to
+    # the table and the ninth row falls off a 800-pixel screen. The numbers are the charts' (and
+    # a click away as columns: "Columns" -> answer/...).
+    columns = [DESCRIPTION]
+    charts = [_bar(f"answer-{i}", "answer-section", m) for i, m in enumerate(metrics)]
+    return {
+        "searchFilter": KIND_FILTER,
+        "orderByKey": f"metrics.`{ANSWER[0][1]}`",
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "modelVersionFilter": "All Runs",
+        "datasetsFilter": [],
+        "selectedColumns": columns,
+        "columnOrder": columns,
+        "columnWidths": {DESCRIPTION: DESCRIPTION_WIDTH},
+        "runsHiddenMode": "SHOW_ALL",
+        "compareRunCharts": charts,
+        "compareRunSections": [_section("answer-section", "answer")],
+        "isAccordionReordered": True,  # keep `answer` first; the UI appends the other sections
+        "hideEmptyCharts": True,
+        "useGroupedValuesInCharts": True,
+        "viewMaximized": False,
+        "runListHidden": False,
+        "groupBy": None,
+        "groupsExpanded": {},
+    }
+
+
+def ensure_shared_view(client, experiment) -> None:
+    """Give the experiment (an mlflow Experiment) the shared view the printed link opens."""
+    value = encode(view_state())
+    if experiment.tags.get(SHARED_VIEW_TAG) != value:
+        client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG, value)
+
+
+def answer_metrics(row: dict) -> dict[str, float]:
+    """A comparison row's answer, rounded where the digits are noise (NaN left out)."""
+    out = {}
+    for key, name, scale, digits in ANSWER:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            out[name] = round(float(value) * scale, digits)
+    return out
+
+
+def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None or math.isnan(value) else format(value * scale, spec)
+
+
+def summary_line(row: dict) -> str:
+    """A variant's answer in one line, most telling first (the runs table shows its start)."""
+    return (
+        f"{_num(row['speedup'], '.2f')}x · acc {_num(row['test_accuracy_mean'], '.2f', 100)}% "
+        f"± {_num(row['test_accuracy_std'], '.2f', 100)} ({_num(row['accuracy_delta'], '+.2f', 100)} pts) "
+        f"· {_num(row['images_per_second_mean'], ',.0f')} img/s "
+        f"· {_num(row['peak_memory_mb_mean'], ',.0f')} MB"
+    )
+
+
+def variant_note(row: dict) -> str:
+    """A variant run's description: the line, then the same in words."""
+    verdict = {"yes": "a significant difference", "no": "no significant difference"}.get(
+        row.get("significant", ""), "no test (baseline or too few seeds)"
+    )
+    return (
+        f"{summary_line(row)}\n\n{row['variant']}: {_num(row['speedup'], '.2f')} times the images/s of "
+        f"{BASELINE} ({_num(row['images_per_second_mean'], ',.0f')} images/s, first epoch excluded); test "
+        f"accuracy {_num(row['test_accuracy_mean'], '.4f')} ± {_num(row['test_accuracy_std'], '.4f')} "
+        f"(mean ± std over {row['seeds']} seeds), {_num(row['accuracy_delta'], '+.4f')} against {BASELINE} "
+        f"(Welch p = {_num(row['p_value'], '.3f')}: {verdict}); peak memory "
+        f"{_num(row['peak_memory_mb_mean'], ',.0f')} MB. Its seed runs are nested under this run."
+    )
+
+
+def _fastest(rows: list[dict]) -> dict | None:
+    ranked = [r for r in rows if not math.isnan(r["speedup"])]
+    return max(ranked, key=lambda r: r["speedup"]) if ranked else None
+
+
+def study_note(rows: list[dict], notice: str = "") -> str:
+    """The study in a few lines: the headline, then every variant as a table (markdown)."""
+    best, base = _fastest(rows), next((r for r in rows if r["variant"] == BASELINE), None)
+    headline = "Answer: see the table below."
+    if best and base:
+        change = {"yes": "a significant change", "no": "no significant change"}.get(
+            best.get("significant", ""), "not tested"
+        )
+        headline = (
+            f"**Answer:** the fastest, {best['variant']}, trains at {_num(best['speedup'], '.2f')}x "
+            f"the images/s of {BASELINE}; test accuracy {_num(best['test_accuracy_mean'], '.4f')} against "
+            f"{_num(base['test_accuracy_mean'], '.4f')} ({_num(best['accuracy_delta'], '+.4f')}, {change})."
+        )
+    lines = [
+        "| variant | speed-up | images/s | test accuracy | Δ accuracy | peak MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: 0.0 if math.isnan(r["speedup"]) else -r["speedup"]):
+        lines.append(
+            f"| {r['variant']} | {_num(r['speedup'], '.2f')}x | {_num(r['images_per_second_mean'], ',.0f')} "
+            f"| {_num(r['test_accuracy_mean'], '.4f')} ± {_num(r['test_accuracy_std'], '.4f')} "
+            f"| {_num(r['accuracy_delta'], '+.4f')} | {_num(r['peak_memory_mb_mean'], ',.0f')} |"
+        )
+    tail = f"\n\n{notice}" if notice else ""
+    return (
+        f"{headline} Every variant, mean ± std over seeds (the variant runs carry the same numbers "
+        "as `answer/*` metrics; their seed runs are nested under them):\n\n" + "\n".join(lines) + tail + "\n"
+    )
+
+
+def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice: str = "") -> None:
+    """The compare stage's answer in the UI: metrics, colour and note on every variant run, the
+    study's table as the compare run's note, and the shared view the printed link opens.
+
+    Not an experiment description: the UI shows it above the runs table, which pushes the
+    ninth variant off a 800-pixel screen."""
+    for row in rows:
+        for run_id in row.get("variant_run_ids", []):
+            tracker.log_metrics(run_id, answer_metrics(row))
+            tags = {NOTE_TAG: variant_note(row)}
+            if row["variant"] in COLORS:
+                tags[COLOR_TAG] = COLORS[row["variant"]]
+            tracker.set_tags(run_id, tags)
+    if compare_run_id:
+        tracker.set_tags(compare_run_id, {NOTE_TAG: study_note(rows, notice)})
+    ensure_shared_view(tracker.client, tracker.client.get_experiment(tracker.experiment_id()))
+
+
+def run_link(base: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in the model-training workflow (a fresh browser opens GenAI otherwise)."""
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def models_link(base: str, experiment_id: str) -> str:
+    """The experiment's Models tab in the model-training workflow."""
+    return f"{base}/#/experiments/{experiment_id}/models?workflowType=machine_learning"

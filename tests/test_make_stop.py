@@ -1,0 +1,90 @@
+"""A stop under `make run DATA=...`, as a user makes it: Ctrl-C in the terminal, which signals make's
+whole process group. One line says what was saved, where and the command that resumes; make ends
+by the signal (status 130) with no DVC error and no make error; that command resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    LONG_DATA,
+    LONG_EPOCHS,
+    REPO,
+    VENV_BIN,
+    image_folder_archive,
+    venv_env,
+    wait_for_checkpoint,
+    write_params,
+)
+
+
+def sh(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=venv_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _make_project(proj: Path) -> None:
+    """A committed git + DVC copy of the project (Makefile, dvc.yaml, src) with one variant, long
+    enough to be stopped, and a stand-in .venv whose tools are this one's (nothing to install)."""
+    for name in ("Makefile", "dvc.yaml", ".dvcignore", ".gitignore", "requirements.txt", "pyproject.toml"):
+        shutil.copy(REPO / name, proj / name)
+    shutil.copytree(REPO / "src", proj / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    write_params(
+        proj,
+        train={"epochs": LONG_EPOCHS, "seeds": [0]},
+        variants={"parallel": ["single"], "precision": ["fp32"]},
+    )
+    venv = proj / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    for tool in ("dvc", "ampbench"):
+        (venv / tool).symlink_to(VENV_BIN / tool)
+    (venv / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # its own prefix
+    (venv / "python").chmod(0o755)
+    (proj / ".venv" / ".installed").touch()  # newer than requirements.txt: `make install` is done
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (git + ["init", "-q"], [str(VENV_BIN / "dvc"), "init", "-q"], git + ["add", "-A"]):
+        sh(cmd, proj)
+    sh(git + ["commit", "-qm", "project"], proj)
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: Path, procs):
+    """Ctrl-C (SIGINT to make's process group, as a terminal sends it) during a train stage of
+    `make run DATA=...`: one line says what was saved where and the command that resumes; no DVC
+    error, no make error, status 130. That command then resumes at the step the stop named."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
+    _make_project(proj)
+    env = venv_env(PYTHONPATH=str(proj / "src"))
+    make = ["make", "run", f"DATA={archive}"]
+    proc = procs.start(proj, cmd=make, env=env, name="stop")
+    checkpoint = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
+    wait_for_checkpoint(proc, checkpoint, proj / "stop.log")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(120) == -signal.SIGINT  # make ends by the signal: a shell shows status 130
+    out = (proj / "stop.log").read_text()
+    stop = re.search(
+        r"stopped at epoch (\d+) step (\d+); checkpoint saved in checkpoints/single-fp32/\. (.*)", out
+    )
+    assert stop, out
+    assert stop[3] == f"To resume: make run DATA={archive}"
+    for noise in ("ERROR", "make: ***", "No file hash info", "Traceback"):
+        assert noise not in out, out
+
+    again = subprocess.run(make, cwd=proj, env=env, capture_output=True, text=True, timeout=600)
+    text = again.stdout + again.stderr
+    assert again.returncode == 0, text
+    assert f"resuming seed 0 at epoch {stop[1]} step {stop[2]}" in text  # the stop's own numbers
+    assert "No file hash info" not in text and "WARNING" not in text
+    assert json.loads((proj / "reports" / "answer" / "single-fp32.json").read_text())["speedup"] == 1.0
