@@ -5,11 +5,11 @@
 #   make run              create .venv if needed, install, run the full study (dvc repro); without
 #                         CUDA it first says how long that takes here (ampbench estimate)
 #   make run DATA=<path or URL>   the same pipeline from another data source (offline mirror)
-#   make test             create .venv if needed, install, ruff check, ruff format --check, pytest
-#                         (everything; what CI runs)
-#   make test-fast        the same lint, then the unit tests only (pytest -m "not slow"): under a
-#                         minute on 2 cores; the end-to-end tests (stages as subprocesses, the
-#                         pipeline, dvc, mlflow server, browser) are marked slow
+#   make test             create .venv if needed, install, make lint (pre-commit's checks, mypy),
+#                         pytest: everything, what CI runs
+#   make test-fast        ruff check, ruff format --check, then the unit tests only (pytest -m
+#                         "not slow"): under a minute on 2 cores; the end-to-end tests (stages as
+#                         subprocesses, the pipeline, dvc, mlflow server, browser) are marked slow
 #   make plots [DIR=demo]  `dvc plots show` that works offline (fetches vega once from npm)
 #   make tutorial DATA=<path or URL>  the tutorial's conditions (DataLoader, batch 128, eager, single
 #                         GPU; experiment cifar10-amp-tutorial) in tutorial/, then docs/FINDINGS.md
@@ -104,10 +104,19 @@ lint: install
 	pre-commit run --all-files --show-diff-on-failure
 	mypy
 
+# Two pytest workers (pytest-xdist; a test file stays on one worker, so a module's shared
+# pipeline runs once): the suite is mostly stage subprocesses, one CPU each. Then the tests that
+# time something (marked serial), alone.
+PYTEST_WORKERS ?= 2
 test: lint
-	pytest
+	pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	pytest -m serial
 
-test-fast: lint
+# The quick loop: ruff only (pre-commit's first run builds its environments, mypy's a cache: ~50 s
+# in a fresh clone), then the unit tests.
+test-fast: install
+	ruff check .
+	ruff format --check .
 	pytest -m "not slow"
 
 clean:

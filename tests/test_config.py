@@ -340,6 +340,7 @@ def test_largest_sizes_within_the_bounds_are_accepted():
     assert config_rules.alexnet_parameters(200000) * 16 < config_rules.MODEL_MEMORY_LIMIT
 
 
+@pytest.mark.serial  # times the command: alone on the machine
 @pytest.mark.parametrize(
     "args",
     [
@@ -358,3 +359,16 @@ def test_help_and_config_errors_answer_at_once(tmp_path: Path, args):
     seconds = time.perf_counter() - start
     assert proc.returncode == (0 if "--help" in args else 2), proc.stderr
     assert seconds < 1.5, f"{seconds:.2f} s"  # generous: a busy CI machine; torch alone takes ~2 s
+
+
+def test_variant_options_make_a_small_run():
+    """`mlflow run . -P per_class=50 -P fc_dim=256` (MLproject) reaches the config as overrides."""
+    from ampbench import cli, config
+
+    args = cli._parser().parse_args(["variant", "--per-class", "50", "--fc-dim", "256", "--epochs", ""])
+    overrides = cli.all_overrides(args)
+    assert overrides == ["data.train_per_class=50", "model.fc_dim=256"]
+    cfg = config.load_config(REPO / "params.yaml", overrides)
+    assert (cfg.data.train_per_class, cfg.model.fc_dim) == (50, 256)
+    mlproject = (REPO / "MLproject").read_text()
+    assert "--per-class {per_class} --fc-dim {fc_dim}" in mlproject

@@ -113,7 +113,8 @@ async def _devtools_page():
     page: the Chrome DevTools protocol over aiohttp's websocket client (an MLflow dependency)."""
     import aiohttp
 
-    with tempfile.TemporaryDirectory() as profile:
+    # chromium may still be writing its profile as it exits: leftovers in /tmp are harmless
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         args = [*_ui().CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,800"]
         proc = subprocess.Popen(
             [_ui().chromium(), *args, "--remote-debugging-port=0", "about:blank"],

@@ -34,6 +34,7 @@ def test_fmt_duration():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times a real stage against its estimate: alone on the machine
 def test_stage_estimate_within_25_percent_of_the_real_stage_time(tmp_path: Path):
     """A short CPU schedule: the estimate logged after the first timed steps vs the stage's wall time."""
     from ampbench.data import prepared
@@ -141,3 +142,45 @@ def test_preflight_estimates_the_study_and_points_at_the_demo(tmp_path: Path, ca
     assert "full study on a CPU" in text and "4 variants x 3 seeds x 20 epochs x 3125 steps" in text
     assert out["study_seconds"] > 0 and set(out["step_seconds"]) == {"fp32", "autocast"}
     assert ("make demo" in text) == (out["study_seconds"] > estimate.LONG_ON_CPU_S)
+
+
+@pytest.mark.parametrize("scope", ["", "variant"])
+def test_a_single_variant_run_estimates_no_study(tmp_path: Path, monkeypatch, caplog, scope: str):
+    """`ampbench variant` (`mlflow run`) trains one variant: its estimate names no "whole study"."""
+    monkeypatch.setenv("AMPBENCH_SCOPE", scope)
+    cfg = _cfg(seeds=(0,), eval_each_epoch=False)
+    stage = progress.StageProgress(
+        cfg,
+        "single-fp32",
+        10,
+        20,
+        "cpu",
+        enabled=True,
+        warmup_steps=1,
+        min_timed_s=0.0,
+        min_timed_steps=1,
+        models_dir=tmp_path / "models",
+        work_dir=tmp_path / "work",
+        params_file=tmp_path / "params.yaml",
+    )
+    stage.start_seed(0)
+    with caplog.at_level("INFO", logger="ampbench.training.progress"):
+        for _ in range(3):
+            stage.step()
+    stage.close()
+    (line,) = [r.getMessage() for r in caplog.records if "s per step" in r.getMessage()]
+    assert ("whole study" in line) == (scope != "variant"), line
+
+
+def test_a_later_command_of_the_process_counts_its_start_up_from_its_own_start():
+    """`ampbench variant` runs train then evaluate in one process: evaluate's start-up is not the
+    training before it."""
+    from ampbench import timing
+
+    assert timing.StageClock().startup > 0.5  # the test process's age: imports and earlier tests
+    timing.command_starts()
+    try:
+        time.sleep(0.05)
+        assert 0.04 < timing.StageClock().startup < 0.5
+    finally:
+        timing._command_start.clear()

@@ -1070,7 +1070,7 @@ def test_unreachable_tracking_server_fails_fast_before_training(project):
     proc = run_cli(project, *SINGLE, env=venv_env(MLFLOW_TRACKING_URI=uri), check=False, timeout=120)
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1
-    assert f"MLflow tracking store {uri} is not usable" in proc.stderr
+    assert f"MLflow tracking server {uri} is not answering" in proc.stderr
     assert "MLFLOW_TRACKING_URI" in proc.stderr
     assert not (project / "models").exists() and not (project / "checkpoints").exists()
 

@@ -9,12 +9,10 @@
     ampbench estimate                       # how long the whole study takes on this CPU
     ampbench findings                       # docs/FINDINGS.md: the tutorial's claims, tested
 
-Every stage reads params.yaml (``--params``) and accepts ``--set section.key=value`` overrides;
-the whole configuration is validated before anything runs.
-
-This file shows every command and its options; each command's main is ``main(cfg, args, argv)``
-in the module ``COMMANDS`` names (a few lines around a call into the module that does the work),
-imported only when that command runs. Nothing here imports torch or MLflow: ``--help``, a usage
+Every stage reads params.yaml (``--params``) and ``--set section.key=value`` overrides, all
+validated before anything runs. This file shows every command and its options; each command's
+main is ``main(cfg, args, argv)`` in the module ``COMMANDS`` names, imported only when that
+command runs. Nothing here imports torch or MLflow: ``--help``, a usage
 error or a configuration error is answered at once.
 
 An error the user can fix ends the command with one line and exit 1, no traceback: the errors in
@@ -119,11 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
     )
-    v = sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
-    v.add_argument("--epochs", default="", help="override train.epochs (empty: params.yaml)")
-    v.add_argument("--batch-size", default="", help="override train.batch_size (empty: params.yaml)")
-    v.add_argument("--seeds", default="", help="override train.seeds, e.g. 0,1 (empty: params.yaml)")
-    v.add_argument("--data-url", default="", help="override data.url (empty: params.yaml)")
+    _add_variant(
+        sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
+    )
     _add_bench(sub.add_parser("bench", parents=[common], help="measure training throughput, untracked"))
     e = sub.add_parser(
         "estimate", parents=[common], help="time a few steps of the real model, estimate the whole study"
@@ -135,6 +131,19 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     return p
+
+
+def _add_variant(v: argparse.ArgumentParser) -> None:
+    """`ampbench variant` (the MLproject entry point): an empty value keeps params.yaml's."""
+    for flag, key, example in (
+        ("--epochs", "train.epochs", ""),
+        ("--batch-size", "train.batch_size (global)", ""),
+        ("--seeds", "train.seeds", ", e.g. 0,1"),
+        ("--data-url", "data.url", ", e.g. a local archive"),
+        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 50"),
+        ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
+    ):
+        v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
 
 
 def _add_bench(b: argparse.ArgumentParser) -> None:
@@ -255,6 +264,8 @@ def all_overrides(args) -> list[str]:
         ("batch_size", "train.batch_size"),
         ("seeds", "train.seeds"),
         ("data_url", "data.url"),
+        ("per_class", "data.train_per_class"),
+        ("fc_dim", "model.fc_dim"),
     ):
         value = str(getattr(args, flag, "") or "").strip()
         if value:
@@ -265,14 +276,11 @@ def all_overrides(args) -> list[str]:
 def run() -> int:
     """The ``ampbench`` command and ``python -m ampbench``: :func:`main`, then a quick exit.
 
-    A stage process ends with torch, torch._dynamo and MLflow loaded, and the interpreter's own
-    shutdown (tearing every module down one by one) then takes 2-3.5 s, measured on the H200 host
-    and on the 2-core CI machine: paid by each of a study's ~13 processes. It frees nothing the
-    operating system would not. So once the command has returned, everything a normal exit does
-    that matters is done here (non-daemon threads joined, atexit handlers run: logging's flush,
-    MLflow's, multiprocessing's reaping of children; stdout and stderr flushed) and the process
-    leaves with ``os._exit``. Files are already closed: every writer uses ``with``. Tests call
-    :func:`main`, which returns.
+    With torch, torch._dynamo and MLflow loaded, the interpreter's own shutdown takes 2-3.5 s
+    (H200 host, 2-core CI machine) for nothing the OS would not free, in each of a study's ~13
+    processes. So what a normal exit does that matters is done here (non-daemon threads joined,
+    atexit handlers run, stdout and stderr flushed; writers close files with ``with``) and the
+    process leaves with ``os._exit``. Tests call :func:`main`, which returns.
     """
     code = main()
     if "torch" not in sys.modules:  # a light command: the normal exit is quick

@@ -20,6 +20,16 @@ def process_age() -> float:
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+_command_start: list[float] = []  # set when a later command of this process begins
+
+
+def command_starts() -> None:
+    """Another command begins in this process (`ampbench variant` runs download, train and evaluate
+    in one): the next StageClock counts its start-up from here, not from the process's start, so
+    that evaluate's start-up is not the training before it."""
+    _command_start[:] = [time.perf_counter()]
+
+
 class StageClock:
     """Named parts of a stage, each timed from the end of the previous one: `mark("setup")` after the
     set-up is done records its seconds. ``breakdown()`` adds the start-up (process start to this
@@ -28,7 +38,9 @@ class StageClock:
     def __init__(self, startup: float | None = None) -> None:
         # startup: the process's age (default), or 0 for a later part of a process that does
         # several units of work (evaluate's variants after the first)
-        self.startup = process_age() if startup is None else startup
+        if startup is None:
+            startup = time.perf_counter() - _command_start[0] if _command_start else process_age()
+        self.startup = startup
         self.t0 = self.last = time.perf_counter()
         self.parts: dict[str, float] = {}
 

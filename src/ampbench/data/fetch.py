@@ -38,8 +38,9 @@ _BACKOFF_S = 0.5  # sleep _BACKOFF_S * attempt between download attempts; tests 
 CHUNK = 1 << 20
 _NO_NETWORK_FIX = (
     "no network? download the archive elsewhere and point data.url at the local file, e.g. "
-    "`dvc exp run -S data.url=/path/to/cifar-10-python.tar.gz` or "
-    "`make run DATA=/path/to/cifar-10-python.tar.gz`"
+    "`dvc exp run -S data.url=/path/to/cifar-10-python.tar.gz`, "
+    "`make run DATA=/path/to/cifar-10-python.tar.gz` or "
+    "`mlflow run . -P data_url=/path/to/cifar-10-python.tar.gz`"
 )
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from scipy import stats
 
+from ampbench.report.chart import chart
+
 log = logging.getLogger(__name__)
 
 BASELINE = "single-fp32"
@@ -123,32 +125,6 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
     return title + "\n".join(lines) + "\n" + note
 
 
-def chart(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["variant"] for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for ax, key, label in (
-        (axes[0], "images_per_second", "images / s (steady state)"),
-        (axes[1], "test_accuracy", "test accuracy"),
-    ):
-        means = [r[f"{key}_mean"] for r in rows]
-        stds = [r[f"{key}_std"] for r in rows]
-        colors = ["tab:red" if r["diverged"] else "tab:blue" for r in rows]
-        ax.barh(names, means, xerr=stds, color=colors, capsize=3)
-        ax.set_xlabel(label)
-        ax.invert_yaxis()
-        ax.grid(axis="x", alpha=0.3)
-    axes[1].set_yticklabels([])
-    fig.suptitle("Mean ± std over seeds (red: a seed diverged)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "") -> list[dict]:
     records = {}
     for v in variants:
@@ -163,7 +139,7 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str =
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    chart(rows, out_dir / "comparison.png")
+    chart(rows, out_dir / "comparison.png", notice)
     (out_dir / "summary.json").write_text(json.dumps(summary_metrics(rows), indent=1) + "\n")
     return rows
 

@@ -8,23 +8,50 @@ evaluates the variant, each as the `ampbench` command it is (same options, same 
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from ampbench.config import Config
 from ampbench.paths import DATA_FILE
 from ampbench.stages.download import prepared_mismatch
+from ampbench.variants import variant_name
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
-    from ampbench import cli
+    from ampbench import cli, timing
 
+    # One variant, not the study: the train stage's estimate then leaves out the other variants
+    # (an environment variable, so that DDP workers see it too).
+    os.environ["AMPBENCH_SCOPE"] = "variant"
+    _name_the_entry_run(variant_name(args.parallel, args.precision))
     base = ["--params", args.params, *sum((["--set", o] for o in cli.all_overrides(args)), [])]
     if not DATA_FILE.exists() or prepared_mismatch(cfg):
         code = cli.main(["download", *base])
         if code:
             return code
+        timing.command_starts()
     v = ["--parallel", args.parallel, "--precision", args.precision]
-    code = cli.main(["train", *v, *base]) or cli.main(["evaluate", *v, *base])
+    code = cli.main(["train", *v, *base])
+    if not code:
+        timing.command_starts()  # evaluate's start-up is not the training before it
+        code = cli.main(["evaluate", *v, *base])
     if not code:
         from ampbench.tracking.tracker import Tracker
 
         print(f"Browse the runs: {Tracker.from_config(cfg).link()}")
     return code
+
+
+def _name_the_entry_run(variant: str) -> None:
+    """Under `mlflow run`, name the entry point's run after its variant at once: the train stage
+    names it too, but a run that fails before (no data, a bad store) would keep MLflow's random
+    name. A store that cannot be reached is left to the stages, which say so in one line."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return
+    from mlflow.tracking import MlflowClient
+
+    from ampbench.tracking import store
+
+    with contextlib.suppress(Exception), store.http_limits(5, retries=0):
+        MlflowClient().set_tag(run_id, "mlflow.runName", f"{variant} (mlflow run)")

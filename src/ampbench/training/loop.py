@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tqdm import tqdm
@@ -27,10 +28,13 @@ from tqdm import tqdm
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
 from ampbench.training import build, loader, measure
-from ampbench.training.model import DtypeProbe
+from ampbench.training.model import AlexNet, DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionStrategy
 from ampbench.training.step import Totals
+
+if TYPE_CHECKING:
+    from ampbench.training.progress import StageProgress
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class Job:
     seed: int
     checkpoint_path: Path
     stop_requested: Callable[[], bool] = lambda: False
-    progress: object | None = None  # progress.StageProgress: stage bar and time estimates
+    progress: StageProgress | None = None  # stage bar and time estimates
 
 
 class NullHooks:
@@ -85,8 +89,9 @@ class SeedTraining:
         total = t.epochs * len(self.batches)
         self.trainer = build.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
         self.step = build.make_step(self.trainer, job.cfg, job.strategy)
-        self.probe = DtypeProbe(self.trainer.raw_model)  # what each (DataParallel) replica really ran
-        self.state = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
+        # what each (DataParallel) replica really ran
+        self.probe = DtypeProbe(cast(AlexNet, self.trainer.raw_model))
+        self.state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
         self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
             self.trainer.load(resume.trainer_state())

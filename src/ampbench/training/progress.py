@@ -18,6 +18,7 @@ The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.t
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -84,8 +85,8 @@ class StageProgress:
         self.estimate: dict | None = None
         self.seed = self.epoch = self.step_in_epoch = 0
         self._calls = 0
-        self._t0 = None
-        self._epoch_t0 = None
+        self._t0 = 0.0  # perf_counter at the start of the timed steps
+        self._epoch_t0 = time.perf_counter()
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -150,11 +151,16 @@ class StageProgress:
     def _evals(self) -> float:
         return eval_steps(self.cfg, self.n_test) if self.cfg.train.eval_each_epoch else 0.0
 
+    def _measured_step_s(self) -> float:
+        """The step time, once measured (the estimates are made only then)."""
+        assert self.step_s is not None, "no step time measured yet"
+        return self.step_s
+
     def stage_left_s(self) -> float:
         cfg, later = self.cfg, self.seeds[self.seeds.index(self.seed) + 1 :]
         steps = seed_steps(cfg, self.spe, self.n_test, self.epoch, self.step_in_epoch)
         steps += len(later) * seed_steps(cfg, self.spe, self.n_test)
-        return steps * self.step_s + len(later) * (self.seed_setup_s or 0.0)
+        return steps * self._measured_step_s() + len(later) * (self.seed_setup_s or 0.0)
 
     def study_left_s(self, stage_left: float) -> tuple[float, int]:
         """Seconds the rest of the study needs after this stage, and how many variants it counts."""
@@ -168,11 +174,12 @@ class StageProgress:
             )
             if steps:
                 others += 1
-                total += steps * self.step_s + len(self.seeds) * (self.seed_setup_s or 0.0)
+                total += steps * self._measured_step_s() + len(self.seeds) * (self.seed_setup_s or 0.0)
                 total += self.startup_s  # the stage's own start: imports, data, tracking
         # evaluate (startup + one test pass per seed) and compare stages of every variant
         n_variants = len(study_variants(self.params_file))
-        per_eval = self.startup_s + len(self.seeds) * eval_steps(self.cfg, self.n_test) * self.step_s
+        test_pass = eval_steps(self.cfg, self.n_test) * self._measured_step_s()
+        per_eval = self.startup_s + len(self.seeds) * test_pass
         return total + n_variants * per_eval + self.startup_s, others
 
     def report(self) -> dict:
@@ -189,6 +196,21 @@ class StageProgress:
         if not self.enabled:
             return self.estimate
         t = self.cfg.train
+        if os.environ.get("AMPBENCH_SCOPE") == "variant":  # `ampbench variant` / `mlflow run`: no study
+            log.info(
+                "%s: %.3f s per step of %d images on %s (measured after the warm-up). Expected time "
+                "of this stage (%d seed(s) x %d epochs x %d steps): %s in all, %s left; then its evaluation.",
+                self.variant,
+                self.step_s,
+                t.batch_size,
+                self.device_type,
+                len(self.seeds),
+                t.epochs,
+                self.spe,
+                fmt_duration(elapsed + stage_left),
+                fmt_duration(stage_left),
+            )
+            return self.estimate
         log.info(
             "%s: %.3f s per step of %d images on %s (measured after the warm-up). Expected time of "
             "this stage (%d seed(s) x %d epochs x %d steps): %s in all, %s left. The whole study "
