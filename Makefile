@@ -104,12 +104,12 @@ lint: install
 	pre-commit run --all-files --show-diff-on-failure
 	mypy
 
-# Two pytest workers (pytest-xdist; a test file stays on one worker, so a module's shared
-# pipeline runs once): the suite is mostly stage subprocesses, one CPU each. Then the tests that
-# time something (marked serial), alone.
+# Two pytest workers (pytest-xdist): the suite is mostly stage subprocesses, one CPU each. Tests
+# that share a module fixture (a pipeline run, a store) carry an xdist_group mark, so one worker
+# builds it once. Then the tests that time something (marked serial), alone.
 PYTEST_WORKERS ?= 2
 test: lint
-	pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial"
 	pytest -m serial
 
 # The quick loop: ruff only (pre-commit's first run builds its environments, mypy's a cache: ~50 s

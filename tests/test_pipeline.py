@@ -31,8 +31,9 @@ from conftest import (
     write_params,
 )
 
-# Every test here needs the whole pipeline run once (minutes) or a real `mlflow server`.
-pytestmark = pytest.mark.slow
+# Every test here needs the whole pipeline run once (minutes) or a real `mlflow server`: the
+# module's shared fixtures, so one xdist worker runs them all (make test).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_pipeline")]
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 

@@ -196,36 +196,20 @@ class StageProgress:
         if not self.enabled:
             return self.estimate
         t = self.cfg.train
+        stage = (
+            f"{self.variant}: {self.step_s:.3f} s per step of {t.batch_size} images on "
+            f"{self.device_type} (measured after the warm-up). Expected time of this stage "
+            f"({len(self.seeds)} seed(s) x {t.epochs} epochs x {self.spe} steps): "
+            f"{fmt_duration(elapsed + stage_left)} in all, {fmt_duration(stage_left)} left"
+        )
         if os.environ.get("AMPBENCH_SCOPE") == "variant":  # `ampbench variant` / `mlflow run`: no study
-            log.info(
-                "%s: %.3f s per step of %d images on %s (measured after the warm-up). Expected time "
-                "of this stage (%d seed(s) x %d epochs x %d steps): %s in all, %s left; then its evaluation.",
-                self.variant,
-                self.step_s,
-                t.batch_size,
-                self.device_type,
-                len(self.seeds),
-                t.epochs,
-                self.spe,
-                fmt_duration(elapsed + stage_left),
-                fmt_duration(stage_left),
-            )
+            log.info("%s; then its evaluation.", stage)
             return self.estimate
         log.info(
-            "%s: %.3f s per step of %d images on %s (measured after the warm-up). Expected time of "
-            "this stage (%d seed(s) x %d epochs x %d steps): %s in all, %s left. The whole study "
-            "still needs about %s on this machine (this stage, %d other unfinished variant(s) of "
-            "%d, their evaluations and the comparison), assuming the other variants run at this "
-            "one's speed.",
-            self.variant,
-            self.step_s,
-            t.batch_size,
-            self.device_type,
-            len(self.seeds),
-            t.epochs,
-            self.spe,
-            fmt_duration(elapsed + stage_left),
-            fmt_duration(stage_left),
+            "%s. The whole study still needs about %s on this machine (this stage, %d other "
+            "unfinished variant(s) of %d, their evaluations and the comparison), assuming the other "
+            "variants run at this one's speed.",
+            stage,
             fmt_duration(stage_left + study_left),
             others,
             len(study_variants(self.params_file)),
