@@ -7,7 +7,7 @@ and the Models tab.
 
 Starts `mlflow server` on a free 127.0.0.1 port over the store (helpers of ui_screenshots.py:
 Debian's headless `chromium`), writes docs/img/mlflow-{answer,answer-charts,variant-run,seed-run,
-models}.png and prints each link. Look at them: tests/test_mlflow_view.py checks the first one
+models}.png and prints each link. Look at them: tests/tracking/test_mlflow_view.py checks the first one
 on a tiny study, not on a real one.
 """
 

@@ -2,8 +2,8 @@
 
 `serve(store)` starts `mlflow server` on a free 127.0.0.1 port over a store; `render(url)` returns
 a page's DOM after some virtual time and can write a PNG (Debian's `chromium`: `apt-get install
-chromium`). scripts/mlflow_screenshots.py writes docs/img with them; tests/test_pipeline.py and
-tests/test_mlflow_view.py use them to check the printed link in a browser.
+chromium`). scripts/mlflow_screenshots.py writes docs/img with them; tests/pipeline/test_pipeline.py and
+tests/tracking/test_mlflow_view.py use them to check the printed link in a browser.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ UI-INTERNAL FORMAT, read from mlflow 3.17's JS bundle (mlflow/server/js/build/st
 value is ``deflate;`` + base64 of the zlib-deflated JSON; the JSON's keys are the runs page's
 search facets (searchFilter, orderByKey, orderByAsc, ...) and UI state (selectedColumns,
 compareRunCharts, compareRunSections, runsHiddenMode, ...); a column is ``metrics.`<key>```.
-No public API sets it. tests/test_mlflow_view.py opens the link in a real browser and fails when
+No public API sets it. tests/tracking/test_mlflow_view.py opens the link in a real browser and fails when
 a new MLflow reads it differently.
 """
 
