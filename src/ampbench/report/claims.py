@@ -165,9 +165,9 @@ def claim4(studies: dict) -> str:
     lines += [
         "",
         "The demonstration: `train.dp_autocast_outside_forward: true` (a param for this claim only) "
-        "moves autocast out of `forward`; `pytest -m gpu tests/training/test_autocast_placement.py` asserts on "
-        "two or more GPUs what each replica ran. On one GPU DataParallel calls the module directly, "
-        "so nothing can be shown there.",
+        "moves autocast out of `forward`; `pytest -m gpu tests/training/test_autocast_placement.py` "
+        "asserts on two or more GPUs what each replica ran. On one GPU DataParallel calls the module "
+        "directly, so nothing can be shown there.",
         "",
     ]
     if not multi:
