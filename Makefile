@@ -104,9 +104,10 @@ lint: install
 	pre-commit run --all-files --show-diff-on-failure
 	mypy
 
-# Two pytest workers (pytest-xdist): the suite is mostly stage subprocesses, one CPU each. Tests
-# that share a module fixture (a pipeline run, a store) carry an xdist_group mark, so one worker
-# builds it once. Then the tests that time something (marked serial), alone.
+# Two pytest workers (pytest-xdist): the suite is mostly stage subprocesses, one CPU each. Each
+# test is scheduled alone, except the modules whose tests share a module fixture (a pipeline run,
+# a study's store: tests/conftest.py GROUPED_MODULES), kept on one worker. Then the tests that
+# time something (marked serial), alone.
 PYTEST_WORKERS ?= 2
 test: lint
 	pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial"

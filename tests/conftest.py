@@ -343,3 +343,30 @@ def wait_for_checkpoint(
             pass
         time.sleep(0.05)
     pytest.fail(f"no checkpoint at epoch {min_epoch} within {timeout} s:\n{log.read_text()}")
+
+
+# ------------------------------------------------------------------ make test: two xdist workers
+# Modules whose tests share an expensive module fixture (a whole pipeline run, a study's store):
+# make test's scheduler (`--dist loadgroup`, below) keeps each on one worker, so the fixture is
+# built once; every other test is scheduled alone, which balances the two workers best.
+GROUPED_MODULES = {
+    "tests/pipeline/test_pipeline.py",
+    "tests/pipeline/test_views.py",
+    "tests/tracking/test_mlflow_view.py",
+    "tests/training/test_train.py",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` by module: xdist's own groups (`xdist_group` marks) tag node ids in a way
+    pytest 9 ignores, so every test would be scheduled alone and a module fixture built per worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in GROUPED_MODULES else nodeid
+
+    return ByModule(config, log)

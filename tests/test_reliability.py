@@ -149,7 +149,6 @@ def reference(tmp_path_factory) -> dict:
 
 # ---------------------------------------------------------------- 1. kill -9 and resume
 @pytest.mark.slow
-@pytest.mark.xdist_group("test_reliability:reference")  # shares a module fixture: one worker builds it
 def test_sigkill_then_rerun_resumes_same_run_with_identical_weights(tmp_path, procs, reference):
     proj = long_project(tmp_path / "proj")
     ckpt = proj / WORK0 / "checkpoint.pt"
@@ -392,7 +391,6 @@ def test_a_failed_checkpoint_write_raises_in_training(tmp_path):
 
 # ---------------------------------------------------------------- 3 + 4. stop signals, changed config
 @pytest.mark.slow
-@pytest.mark.xdist_group("test_reliability:reference")  # shares a module fixture: one worker builds it
 def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, procs, reference):
     proj = long_project(tmp_path / "proj")
     ckpt = proj / WORK0 / "checkpoint.pt"

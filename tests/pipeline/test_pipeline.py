@@ -32,8 +32,8 @@ from conftest import (
 )
 
 # Every test here needs the whole pipeline run once (minutes) or a real `mlflow server`: the
-# module's shared fixtures, so one xdist worker runs them all (make test).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_pipeline")]
+# module's shared fixtures (make test keeps the module on one worker: conftest.GROUPED_MODULES).
+pytestmark = pytest.mark.slow
 
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 

@@ -25,9 +25,6 @@ from ampbench import dvc_run
 from ampbench.report import answer
 from conftest import REPO, VENV_BIN, venv_env
 
-# The end-to-end tests here share the module's studies: one xdist worker runs the file (make test).
-pytestmark = pytest.mark.xdist_group("test_views")
-
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 # What the README shows for `dvc exp show`: one row per experiment, the single-GPU variants'
 # speed-ups. Its headers are `<file>:<key>` (a key in several files), so nine variants x six

@@ -36,6 +36,7 @@ from conftest import (
     VENV_BIN,
     alive,
     descendants,
+    empty_store,
     free_port,
     image_folder_archive,
     load_pt,
@@ -127,6 +128,7 @@ def _fill(folder: Path) -> None:
 def good_store(tmp_path_factory) -> bytes:
     """The bytes of a valid, migrated sqlite MLflow store with the study's experiment."""
     folder = tmp_path_factory.mktemp("store")
+    empty_store(folder / "mlflow.db")  # migrated once per session (conftest)
     mlflow_client(folder).create_experiment("cifar10-amp")
     return (folder / "mlflow.db").read_bytes()
 
@@ -167,7 +169,6 @@ STORE_STAGES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", sorted(STORE_STAGES))
 @pytest.mark.parametrize("fault", ["server-gone", "random-bytes", "truncated", "locked"])
-@pytest.mark.xdist_group("test_faults:good_store")  # shares a module fixture: one worker builds it
 def test_every_store_fault_is_one_line_in_every_stage(project, good_store, fault, stage):
     with _broken(project, fault, good_store) as (env, needles):
         t0 = time.monotonic()
@@ -181,7 +182,6 @@ def test_every_store_fault_is_one_line_in_every_stage(project, good_store, fault
 
 @pytest.mark.slow
 @pytest.mark.parametrize("switch", ["--debug", "AMPBENCH_DEBUG=1"])
-@pytest.mark.xdist_group("test_faults:good_store")  # shares a module fixture: one worker builds it
 def test_debug_switch_shows_the_traceback_of_a_store_fault(project, good_store, switch):
     with _broken(project, "random-bytes", good_store) as (env, _):
         flag = [switch] if switch.startswith("--") else []
@@ -193,7 +193,6 @@ def test_debug_switch_shows_the_traceback_of_a_store_fault(project, good_store, 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("test_faults:good_store")  # shares a module fixture: one worker builds it
 def test_bench_and_download_outlive_a_broken_store(project, good_store, tmp_path):
     """bench keeps its results (one error line, exit 1); download never opens the store."""
     archive = image_folder_archive(tmp_path)

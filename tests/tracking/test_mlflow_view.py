@@ -26,9 +26,6 @@ import pytest
 
 from conftest import REPO, MlflowServer, mlflow_client
 
-# Every test here uses the module's shared fixtures: one xdist worker runs them all (make test).
-pytestmark = pytest.mark.xdist_group("test_mlflow_view")
-
 VARIANTS = [f"{p}-{q}" for p in ("single", "dp", "ddp") for q in ("fp32", "autocast", "autocast_gradscaler")]
 SEEDS = (0, 1, 2)
 SCREEN = "1280,800"

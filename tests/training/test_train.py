@@ -155,7 +155,6 @@ def trained(tmp_path_factory) -> TrainedProject:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision_name", PRECISIONS)
 @pytest.mark.parametrize("parallel_name", PARALLELS)
-@pytest.mark.xdist_group("test_train:trained")  # shares a module fixture: one worker builds it
 def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: str, precision_name: str):
     variant = f"{parallel_name}-{precision_name}"
     proc = trained.train(parallel_name, precision_name)
@@ -252,7 +251,6 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("test_train:trained")  # shares a module fixture: one worker builds it
 def test_mlflow_run_shows_summary_images_per_second(trained: TrainedProject):
     trained.train("single", "fp32")
     saved = _model_pt(trained.path, "single-fp32")
