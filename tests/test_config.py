@@ -362,13 +362,13 @@ def test_help_and_config_errors_answer_at_once(tmp_path: Path, args):
 
 
 def test_variant_options_make_a_small_run():
-    """`mlflow run . -P per_class=50 -P fc_dim=256` (MLproject) reaches the config as overrides."""
+    """`mlflow run . -P per_class=100 -P fc_dim=256` (MLproject) reaches the config as overrides."""
     from ampbench import cli, config
 
-    args = cli._parser().parse_args(["variant", "--per-class", "50", "--fc-dim", "256", "--epochs", ""])
+    args = cli._parser().parse_args(["variant", "--per-class", "100", "--fc-dim", "256", "--epochs", ""])
     overrides = cli.all_overrides(args)
-    assert overrides == ["data.train_per_class=50", "model.fc_dim=256"]
+    assert overrides == ["data.train_per_class=100", "model.fc_dim=256"]
     cfg = config.load_config(REPO / "params.yaml", overrides)
-    assert (cfg.data.train_per_class, cfg.model.fc_dim) == (50, 256)
+    assert (cfg.data.train_per_class, cfg.model.fc_dim) == (100, 256)
     mlproject = (REPO / "MLproject").read_text()
     assert "--per-class {per_class} --fc-dim {fc_dim}" in mlproject

@@ -140,7 +140,7 @@ def _add_variant(v: argparse.ArgumentParser) -> None:
         ("--batch-size", "train.batch_size (global)", ""),
         ("--seeds", "train.seeds", ", e.g. 0,1"),
         ("--data-url", "data.url", ", e.g. a local archive"),
-        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 50"),
+        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
         ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
     ):
         v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
