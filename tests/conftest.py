@@ -321,6 +321,19 @@ def long_project(folder: Path, per_class: int = LONG_DATA, epochs: int = LONG_EP
     return new_project(folder, per_class, train={"epochs": epochs, **train})
 
 
+def crash_at_step(n: int):
+    """A stop check (loop.Job's ``stop``) that raises at its n-th call: a crash mid-training."""
+    calls = []
+
+    def check() -> bool:
+        calls.append(1)
+        if len(calls) == n:
+            raise RuntimeError("crash")
+        return False
+
+    return check
+
+
 def load_pt(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ampbench import cli, config_rules, variants
+from ampbench import cli, variants
 from ampbench.config import Config, ConfigError, load_config
+from ampbench.config import rules as config_rules
 from conftest import REPO, run_cli
 
 

@@ -44,6 +44,7 @@ from conftest import (
     REPO,
     VENV_BIN,
     alive,
+    crash_at_step,
     descendants,
     free_port,
     load_pt,
@@ -363,16 +364,9 @@ def test_timed_saves_mid_epoch_change_nothing_and_a_crash_resumes_exactly(tmp_pa
     assert timed["result"]["checkpoints_written"] == 3 * 2 + 2  # steps 1-2 of each epoch, 2 ends
     _assert_same_weights(timed["state_dict"], reference["state_dict"])
 
-    calls = []
-
-    def crash_at_the_5th_step() -> bool:  # epoch 2's 2nd step, after a save at its 1st
-        calls.append(1)
-        if len(calls) == 5:
-            raise RuntimeError("crash")
-        return False
-
     with pytest.raises(RuntimeError, match="crash"):
-        loop.train_seed(_seed_job(tmp_path / "crashed", crash_at_the_5th_step, checkpoint_every_s=1e-9))
+        # crash at epoch 2's 2nd step, after a save at its 1st
+        loop.train_seed(_seed_job(tmp_path / "crashed", crash_at_step(5), checkpoint_every_s=1e-9))
     saved = SeedCheckpoint.load(tmp_path / "crashed" / "checkpoint.pt")
     assert (saved.epoch, saved.step, len(saved.history)) == (1, 1, 1) and saved.stats is not None
     resumed = loop.train_seed(_seed_job(tmp_path / "crashed", checkpoint_every_s=1e9), resume=saved)
@@ -537,7 +531,7 @@ def test_launcher_restores_its_signal_handlers_and_fails_runs_on_any_agent_error
     monkeypatch.setattr(launch, "_fail_dangling_runs", lambda cfg, work: failed_runs.append(work))
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     cfg = config.load_config(project / "params.yaml")
-    assert launch.torchrun(list(DDP), cfg, project / "checkpoints" / "ddp-fp32") == 1
+    assert launch.torchrun(list(DDP), cfg, project / "checkpoints" / "ddp-fp32", "To resume: again") == 1
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     assert failed_runs == [project / "checkpoints" / "ddp-fp32"]
 
@@ -568,7 +562,7 @@ def test_dangling_runs_are_failed_after_a_failed_ddp_job(project, monkeypatch):
         raise ChildFailedError("ampbench", {0: ProcessFailure(0, pid=1, exitcode=-9, error_file="<N/A>")})
 
     monkeypatch.setattr(torch_run, "main", dead_job)
-    assert launch.torchrun(list(DDP), cfg, variant) == 1
+    assert launch.torchrun(list(DDP), cfg, variant, "To resume: again") == 1
     assert _status(project, running) == "FAILED"
     assert _status(project, finished) == "FINISHED"
 
@@ -1155,3 +1149,29 @@ def test_stale_temp_file_of_a_killed_writer_is_removed(tmp_path):
     files.save({"epoch": 1}, path)
     assert not stale.exists()
     assert files.load(path) == {"epoch": 1}
+
+
+def test_the_import_graph_has_no_cycle_and_no_stage_is_imported_from_below():
+    """Every module's imports (lazy ones too) form no cycle; only stages/ imports stages/ (the CLI
+    names each command's main as a string), so a capability folder never reaches up into a stage."""
+    src = REPO / "src"
+    modules = {
+        ".".join(f.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        for f in src.rglob("*.py")
+    }
+    graph = {m: set(_ampbench_imports(m)) - {m} for m in modules}
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for other in sorted(graph.get(module, ())):
+            assert state.get(other) != 1, f"import cycle: {' -> '.join([*path, module, other])}"
+            if other not in state:
+                visit(other, [*path, module])
+        state[module] = 2
+
+    for module in sorted(modules):
+        if module not in state:
+            visit(module, [])
+    upward = {m: sorted(i for i in graph[m] if i.startswith("ampbench.stages.")) for m in modules}
+    assert not {m: i for m, i in upward.items() if i and not m.startswith("ampbench.stages.")}

@@ -55,6 +55,10 @@ HELPERS = {
     "system-metrics": "ampbench.tracking.train_runs:system_metrics_main",
 }
 
+# The commands that import torch: under `make run` they run in a fork of its warm server
+# (ampbench.warm); the others answer at once without it.
+WARM_COMMANDS = frozenset({"download", "train", "evaluate", "compare", *HELPERS})
+
 # Errors that end a command with their message instead of a traceback (exit 1; --debug shows the
 # traceback), by (top-level package, class name): matching them imports nothing, and a class
 # that moves within the package still matches. tests/test_config.py checks that each exists.
@@ -69,7 +73,8 @@ EXPECTED_ERRORS = {
 STOPPED = ("ampbench", "Stopped")  # a stop signal ended training (checkpoint saved): exit 143
 
 
-def _parser() -> argparse.ArgumentParser:
+def _shared_options() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The options every command takes, and a variant's (--parallel, --precision)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--params", default="params.yaml", help="parameter file (default: %(default)s)")
     common.add_argument(
@@ -91,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     variant = argparse.ArgumentParser(add_help=False)
     variant.add_argument("--parallel", choices=PARALLELS, default="single", help="default: %(default)s")
     variant.add_argument("--precision", choices=PRECISIONS, default="fp32", help="default: %(default)s")
+    return common, variant
 
+
+def _parser() -> argparse.ArgumentParser:
+    common, variant = _shared_options()
     p = argparse.ArgumentParser(
         prog="ampbench",
         description=__doc__.split("\n")[0],
@@ -149,6 +158,9 @@ def _add_variant(v: argparse.ArgumentParser) -> None:
 def _add_bench(b: argparse.ArgumentParser) -> None:
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
     b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
+    b.add_argument(
+        "--compile", default="", help="train.compile modes to measure side by side, e.g. none,default"
+    )
     b.add_argument(
         "--steps",
         type=_at_least_one,
@@ -274,26 +286,18 @@ def all_overrides(args) -> list[str]:
 
 
 def run() -> int:
-    """The ``ampbench`` command and ``python -m ampbench``: :func:`main`, then a quick exit.
+    """The ``ampbench`` command and ``python -m ampbench``: a stage runs in a fork of the command's
+    warm server when there is one (``ampbench.warm``), else here, then ends quickly (``ending``).
+    Tests call :func:`main`, which returns."""
+    if sys.argv[1:2] and sys.argv[1] in WARM_COMMANDS:
+        from ampbench.warm import client
 
-    With torch, torch._dynamo and MLflow loaded, the interpreter's own shutdown takes 2-3.5 s
-    (H200 host, 2-core CI machine) for nothing the OS would not free, in each of a study's ~13
-    processes. So what a normal exit does that matters is done here (non-daemon threads joined,
-    atexit handlers run, stdout and stderr flushed; writers close files with ``with``) and the
-    process leaves with ``os._exit``. Tests call :func:`main`, which returns.
-    """
+        forwarded = client.forward(sys.argv[1:])
+        if forwarded is not None:
+            return forwarded
     code = main()
     if "torch" not in sys.modules:  # a light command: the normal exit is quick
         return code
-    import atexit
-    import contextlib
-    import threading
+    from ampbench.ending import finish
 
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing can reach it anyway
-            stream.flush()
-    os._exit(0 if code is None else code if isinstance(code, int) else 1)
+    os._exit(finish(code))

@@ -15,6 +15,9 @@
 SIGTERM to this process while a stage runs waits for the stage (which got it too and saves), as
 DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
 (set by the Makefile) is the command the stop line names; default: this dvc command.
+
+3. The stages DVC starts run warm: in forks of a server, started here and ended with this
+   command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import re
 import shlex
 import signal
 import sys
+
+from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
@@ -96,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         for handler in logging.getLogger(name).handlers:
             handler.addFilter(quiet)
     signal.signal(signal.SIGTERM, quiet.on_sigterm)
-    status = dvc_main(argv)
+    with scope.serving():
+        status = dvc_main(argv)
     if not quiet.signum or status not in (255, INTERRUPTED):
         return status
     if not quiet.stage_said_it:

@@ -30,6 +30,12 @@ def command_starts() -> None:
     _command_start[:] = [time.perf_counter()]
 
 
+def started_before(seconds: float) -> None:
+    """This process is a warm server's fork for a client that started ``seconds`` ago: start-ups
+    count from the client's start, as they would have in a process of its own."""
+    _command_start[:] = [time.perf_counter() - seconds]
+
+
 class StageClock:
     """Named parts of a stage, each timed from the end of the previous one: `mark("setup")` after the
     set-up is done records its seconds. ``breakdown()`` adds the start-up (process start to this

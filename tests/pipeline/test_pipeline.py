@@ -1,5 +1,6 @@
 """End to end: `dvc repro` (download -> nine trains -> nine evaluates -> compare) on CPU with a
-tiny ImageFolder archive and 2 seeds; then the same store through `mlflow server`'s REST API,
+tiny ImageFolder archive and 2 seeds, run as `make run` runs it (``ampbench.dvc_run``: its stages
+in forks of the command's warm server); then the same store through `mlflow server`'s REST API,
 and the MLproject entry point through `mlflow run`.
 """
 
@@ -62,9 +63,26 @@ def repro(tmp_path_factory, server) -> Path:
     write_params(proj, data={"url": str(archive)}, train={"seeds": [0, 1]}, tracking={"log_model": "export"})
     sh(["git", "init", "-q"], proj)
     sh([str(VENV_BIN / "dvc"), "init", "-q"], proj)
-    out = sh([str(VENV_BIN / "dvc"), "repro"], proj, MLFLOW_TRACKING_URI=server.uri)
+    # AMPBENCH_DEBUG=1: the warm server's log is printed when the command ends
+    dvc_run = [str(VENV_BIN / "python"), "-m", "ampbench.dvc_run", "repro"]
+    out = sh(dvc_run, proj, MLFLOW_TRACKING_URI=server.uri, AMPBENCH_DEBUG="1")
     (proj / "repro.log").write_text(out.stdout + out.stderr)
     return proj
+
+
+def test_the_stages_ran_in_the_commands_warm_server(repro: Path):
+    """The path users take: make run's stages fork from a server the command started (DDP's
+    torchrun workers too), and the server is gone with the command. The stages that start while
+    the server still imports (the download, a first train on a slow machine) run plain."""
+    log = (repro / "repro.log").read_text()
+    served = re.findall(r"warm server: pid \d+ runs `ampbench (\w+)(?: --parallel (\w+))?", log)
+    assert "refused" not in log, log[-3000:]
+    trains = [p for command, p in served if command == "train"]
+    assert trains.count("single") + trains.count("dp") >= 4, served
+    assert trains.count("ddp") == 3 * 3, served  # each ddp stage: its agent and 2 CPU workers
+    assert ("evaluate", "") in served and ("compare", "") in served, served
+    server_pid = int(re.search(r"warm server (\d+): ready", log)[1])
+    assert not Path(f"/proc/{server_pid}").exists()
 
 
 def test_repro_tracks_every_seed_with_sectioned_metrics_datasets_and_evaluation(repro: Path, server):

@@ -65,7 +65,7 @@ def test_bench_on_cpu(project: Path):
     assert "Median and min–max over 3 windows per measure" in md
     pipe = res["rows"][0]
     lo, hi = f"{pipe['images_per_second_min']:,.0f}", f"{pipe['images_per_second_max']:,.0f}"
-    assert f"| pipeline | single-fp32 | float32 | {pipe['images_per_second']:,.0f} | {lo}–{hi} |" in md
+    assert f"| pipeline | single-fp32 | none | float32 | {pipe['images_per_second']:,.0f} | {lo}–{hi} |" in md
     # --profile: per-operator time of the ceiling step (CPU), per variant, busiest first.
     assert set(res["profiles"]) == {"single-fp32", "single-autocast_gradscaler"}
     for name, prof in res["profiles"].items():
@@ -92,6 +92,34 @@ def test_bench_on_cpu(project: Path):
     assert run.data.params["batch"] == "20" and run.data.params["windows"] == "3"
     files = {a.path for a in mlflow_client(project).list_artifacts(run.info.run_id)}
     assert files == {"bench.json", "bench.md"}
+
+
+@pytest.mark.slow  # inductor compiles the step: ~50 s on 2 cores with a cold cache
+def test_bench_measures_compiled_and_eager_side_by_side(project: Path):
+    out = project / "reports" / "bench"
+    args = ["--batch-size", "20", "--steps", "2", "--windows", "2", "--warmup", "1", "--workers", "0"]
+    run_cli(
+        project, "bench", "--variants", "single-fp32", "--compile", "none,default", *args, "--out", str(out)
+    )
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["compile"] == ["none", "default"]
+    rows = [(r["measure"], r["compile"]) for r in res["rows"]]
+    assert rows == [
+        ("pipeline", "none"),
+        ("ceiling", "none"),
+        ("dataloader (0 workers)", "none"),
+        ("pipeline", "default"),
+        ("ceiling", "default"),
+        ("dataloader (0 workers)", "default"),
+    ]
+    for r in res["rows"]:  # each mode's ratios are to its own ceiling
+        ceiling = next(c for c in res["rows"] if c["measure"] == "ceiling" and c["compile"] == r["compile"])
+        assert r["fraction_of_ceiling"] == r["images_per_second"] / ceiling["images_per_second"]
+    assert "| ceiling | single-fp32 | default | float32 |" in out.with_suffix(".md").read_text()
+    (run,) = runs(project, experiment="cifar10-amp-bench", kind="bench")
+    assert "bench/ceiling/single-fp32/compile-default/images_per_second" in run.data.metrics
+    proc = run_cli(project, "bench", "--compile", "fast", check=False)
+    assert proc.returncode == 1 and "--compile: fast not one of none, default" in proc.stderr
 
 
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports

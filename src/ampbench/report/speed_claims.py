@@ -57,7 +57,8 @@ def _speed_table(studies: dict, variants: tuple[str, ...]) -> list[str]:
 
 
 def _bench_rows(bench: dict | None) -> dict[tuple[str, str], dict]:
-    return {(r["measure"], r["variant"]): r for r in (bench or {}).get("rows", [])}
+    rows = (bench or {}).get("rows", [])
+    return {(r["measure"], r["variant"]): r for r in rows if r.get("compile", "none") == "none"}
 
 
 def bench_source(bench: dict) -> str:

@@ -36,9 +36,20 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if args.max_images:
         n = args.max_images
         dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
-    res = bench_measure.run(
-        cfg, variants, dataset, args.steps, args.warmup, args.workers, args.profile, args.windows
-    )
+    res = {}
+    for mode in _compile_modes(args.compile, cfg):  # each mode measured whole, one after another
+        one = bench_measure.run(
+            replace(cfg, train={"compile": mode}),
+            variants,
+            dataset,
+            args.steps,
+            args.warmup,
+            args.workers,
+            args.profile,
+            args.windows,
+        )
+        rows = [{**r, "compile": mode} for r in one["rows"]]
+        res = {**one, "rows": res.get("rows", []) + rows, "compile": res.get("compile", []) + [mode]}
     res["train_images"] = len(dataset["train_labels"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +58,16 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     res["run_id"] = track(cfg, res, out)
     print(to_markdown(res))
     return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
+
+
+def _compile_modes(text: str, cfg: Config) -> list[str]:
+    from ampbench.config import COMPILE_MODES
+
+    modes = [m.strip() for m in text.split(",") if m.strip()] or [cfg.train.compile]
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if bad:
+        raise ValueError(f"--compile: {', '.join(bad)} not one of {', '.join(COMPILE_MODES)}")
+    return modes
 
 
 def _check_benchmarkable(variants: list[str]) -> None:
@@ -73,15 +94,17 @@ def to_markdown(res: dict) -> str:
         f"{res['gflop_per_image']:.3f} GFLOP per training image (counted). Median and min–max over "
         f"{res['windows']} windows per measure: pipeline one full epoch ({res['pipeline_steps']} "
         f"steps) and ceiling {res['steps']} steps, alternating; dataloader {res['dataloader_steps']} "
-        f"steps; each trainer warmed up first ({res['warmup']}+ steps, graph capture included).",
+        f"steps; each trainer warmed up first ({res['warmup']}+ steps, graph capture and compile included: "
+        "warm-up s).",
         "",
-        "| measure | variant | amp dtype | images/s (median) | min–max | ms/step | of ceiling | TFLOP/s "
-        "| peak MB | warm-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| measure | variant | compile | amp dtype | images/s (median) | min–max | ms/step | of ceiling "
+        "| TFLOP/s | peak MB | warm-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         lines.append(
-            f"| {r['measure']} | {r['variant']} | {r['amp_dtype']} | {r['images_per_second']:,.0f} "
+            f"| {r['measure']} | {r['variant']} | {r.get('compile', 'none')} | {r['amp_dtype']} "
+            f"| {r['images_per_second']:,.0f} "
             f"| {r['images_per_second_min']:,.0f}–{r['images_per_second_max']:,.0f} "
             f"| {r['ms_per_step']:.2f} | {r['fraction_of_ceiling']:.0%} | {r['tflops']:.1f} "
             f"| {r['peak_memory_mb']:,.0f} | {r['warmup_seconds']:.2f} |"
@@ -137,7 +160,10 @@ def track(cfg, res: dict, out: Path) -> str | None:
         run_id = tracker.start("bench", {KIND_TAG: "bench"}, params)
         metrics = {}
         for r in res["rows"]:
-            key = f"bench/{r['measure'].split(' ')[0]}/{r['variant']}"
+            mode = r.get("compile", "none")
+            key = f"bench/{r['measure'].split(' ')[0]}/{r['variant']}" + (
+                "" if mode == "none" else f"/compile-{mode}"
+            )
             metrics.update(
                 {
                     f"{key}/images_per_second": r["images_per_second"],

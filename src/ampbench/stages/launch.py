@@ -29,8 +29,9 @@ def worker_count(cfg) -> int:
     return torch.cuda.device_count() or cfg.train.ddp_cpu_workers
 
 
-def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
-    """Run the DDP workers; ``work_dir``: the variant's in-progress folder (runs to end if they fail).
+def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
+    """Run the DDP workers; ``work_dir``: the variant's in-progress folder (runs to end if they fail),
+    ``resume_hint``: what a stop says to resume.
 
     torchrun's agent runs in this process (``torch.distributed.run.main``, what the ``torchrun``
     command calls): a separate launcher process would import torch once more before the workers
@@ -55,13 +56,11 @@ def torchrun(argv: list[str], cfg, work_dir: Path) -> int:
     except ChildFailedError as failed:
         log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
     except SignalException as stop:  # the workers were told to stop (and saved) first
-        from ampbench.stages.train_main import resume_hint
-
         log.warning(
             "stopped by %s: every DDP worker saved a checkpoint in %s/. %s",
             signal.Signals(stop.sigval).name,
             work_dir,
-            resume_hint(argv),
+            resume_hint,
         )
         code = 128 + int(stop.sigval)
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped

@@ -34,7 +34,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
                 f"this machine starts; choose a multiple of {workers}"
             )
-        return launch.torchrun(argv, cfg, WORK_DIR / variant_name(args.parallel, args.precision))
+        work = WORK_DIR / variant_name(args.parallel, args.precision)
+        return launch.torchrun(argv, cfg, work, resume_hint(argv))
     # Here, not above: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
     from ampbench.stages import train
     from ampbench.training import loop

@@ -26,6 +26,8 @@ _NAMES = {
     "epoch_seconds": "time/epoch_seconds",
     "train_seconds": "time/train_seconds",
     "first_epoch_seconds": "time/first_epoch_seconds",
+    "compile_seconds": "time/compile_seconds",
+    "recompiles": "compile/recompiles",
     "epoch_images_per_second": "speed/epoch_images_per_second",
     "images_per_second": "speed/images_per_second",
     "speedup": "speed/speedup_vs_single_fp32",

@@ -178,6 +178,7 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | No
             )
         }
         summary["diverged"] = int(result["diverged"])
+        summary.update({k: result[k] for k in ("compile_seconds", "recompiles") if k in result})
         summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])

@@ -21,6 +21,7 @@ from torch import nn
 
 from ampbench.config import Config
 from ampbench.training import claim4
+from ampbench.training.compiler import Compiler
 from ampbench.training.model import AlexNet
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionRun, PrecisionStrategy
@@ -65,6 +66,7 @@ class Trainer:
     facts: dict  # what is really in use (autocast dtype, scaler, CUDA graph), for logging
     use_graph: bool
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    compiler: Compiler = field(default_factory=lambda: Compiler("none"))
 
     def state(self) -> dict:
         """What a checkpoint holds of the trainer (the loop adds its own position and history)."""
@@ -109,7 +111,8 @@ def setup(
     raw_model = build_model(cfg, num_classes, device)
     run = prec.setup(raw_model, device)
     facts = dict(run.facts)
-    model = strategy.wrap(raw_model)
+    compiler = _compiler(t.compile, strategy)
+    model = strategy.wrap(compiler.wrap(raw_model))
     if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated; never otherwise
         model, placement = claim4.autocast_outside(raw_model, model)
         facts.update(placement)
@@ -143,7 +146,16 @@ def setup(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, t.lr, total_steps=total_steps, pct_start=pct, cycle_momentum=False
     )
-    return Trainer(raw_model, model, opt, sched, run, facts, use_graph, device)
+    return Trainer(raw_model, model, opt, sched, run, facts, use_graph, device, compiler)
+
+
+def _compiler(mode: str, strategy: ParallelStrategy) -> Compiler:
+    if mode != "none" and not strategy.compilable():
+        log.warning(
+            "train.compile=%s: not for %s over several GPUs (replicas in threads); eager", mode, strategy.name
+        )
+        return Compiler("none")
+    return Compiler(mode)
 
 
 def make_step(trainer: Trainer, cfg: Config, strategy: ParallelStrategy) -> Step:

@@ -90,7 +90,9 @@ class SeedTraining:
         self.trainer = build.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
         self.step = build.make_step(self.trainer, job.cfg, job.strategy)
         # what each (DataParallel) replica really ran
-        self.probe = DtypeProbe(cast(AlexNet, self.trainer.raw_model))
+        # (not under train.compile: the hook's first-call-only record would recompile the graph)
+        compiled = self.trainer.compiler.enabled
+        self.probe = None if compiled else DtypeProbe(cast(AlexNet, self.trainer.raw_model))
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
         self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
@@ -235,11 +237,17 @@ class SeedTraining:
             peak_memory_mb=measure.peak_memory_mb(self.device),
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
-            replica_dtypes=self.probe.fact() or "not recorded (no training step ran)",
+            replica_dtypes=self._replica_dtypes(),
             **self.saves,
             **self.times,
+            **self.trainer.compiler.facts(),
         )
         return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
+
+    def _replica_dtypes(self) -> str:
+        if self.probe is None:
+            return "not recorded under train.compile"
+        return self.probe.fact() or "not recorded (no training step ran)"
 
 
 def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float) -> dict:

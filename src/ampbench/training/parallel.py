@@ -42,6 +42,7 @@ class ParallelStrategy(Protocol):
     def setup(self) -> torch.device: ...  # processes, process group, device
     def wrap(self, model: nn.Module) -> nn.Module: ...  # the loop saves the unwrapped model
     def capturable(self) -> bool: ...  # can the wrapped step be captured in a CUDA graph
+    def compilable(self) -> bool: ...  # can the model be compiled (train.compile)
     def per_process_batch(self, global_batch: int) -> int: ...  # raises ValueError if it cannot
     def devices_used(self) -> int: ...
     def any(self, flag: bool) -> bool: ...  # collective OR (every process calls it)
@@ -83,6 +84,9 @@ class Single:
     def capturable(self) -> bool:
         """Whether the wrapped training step can be captured in a CUDA graph."""
         return self.device.type == "cuda"
+
+    def compilable(self) -> bool:
+        return True
 
     def per_process_batch(self, global_batch: int) -> int:
         return global_batch
@@ -133,6 +137,11 @@ class DataParallel(Single):
         # On one GPU DataParallel calls the module directly; on several it replicates the model
         # and runs the replicas in threads at every forward, which a CUDA graph cannot capture.
         return self.device.type == "cuda" and self.devices_used() == 1
+
+    def compilable(self) -> bool:
+        # Replicas of a compiled module, run in threads at every forward: not supported; on one
+        # GPU (or a CPU) DataParallel calls the module itself.
+        return self.devices_used() == 1
 
     def devices_used(self) -> int:
         return max(1, torch.cuda.device_count()) if self.device.type == "cuda" else 1

@@ -81,6 +81,7 @@ class Step:
         self.model, self.opt, self.precision = trainer.model, trainer.opt, trainer.precision
         self.criterion, self.stats, self.use_graph = criterion, stats, trainer.use_graph
         self.warmup_steps = warmup_steps  # eager steps before capture (the strategy's)
+        self.compiler, self.device = trainer.compiler, trainer.device
         self.graph: torch.cuda.CUDAGraph | None = None
         self.calls = 0
 
@@ -96,22 +97,27 @@ class Step:
     def __call__(self, images, labels) -> None:
         """One step on this batch: eager, a warm-up before capture, or a replay of the graph."""
         self.calls += 1
-        if not self.use_graph:
-            return self._run(images, labels)
-        if self.graph is None and self.calls <= self.warmup_steps:
-            # Warm-up on a side stream before capture, as CUDA graphs require (real steps).
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self._run(images, labels)
-            torch.cuda.current_stream().wait_stream(side)
-            return None
+        if self.calls == 1 and self.compiler.enabled:  # inductor compiles now: timed apart
+            return self.compiler.first_step(lambda: self._before_capture(images, labels), self.device)
+        if self.graph is None and (not self.use_graph or self.calls <= self.warmup_steps):
+            return self._before_capture(images, labels)
         if self.graph is None:
             self._capture(images, labels)
         assert self.graph is not None  # for the type checker: _capture set it
         self.static[0].copy_(images)
         self.static[1].copy_(labels)
         self.graph.replay()
+        return None
+
+    def _before_capture(self, images, labels) -> None:
+        """An eager step; with a graph to capture, a warm-up on a side stream (as capture needs)."""
+        if not self.use_graph:
+            return self._run(images, labels)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._run(images, labels)
+        torch.cuda.current_stream().wait_stream(side)
         return None
 
     def _capture(self, images, labels) -> None:

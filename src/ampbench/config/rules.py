@@ -1,6 +1,6 @@
 """What each setting accepts: ranges, and bounds on values no machine could run.
 
-``problems(cfg)`` checks a well-typed Config (``config_load`` has checked the types); every rule
+``problems(cfg)`` checks a well-typed Config (``load`` has checked the types); every rule
 that fails gives one line, ``<dotted.key>: <value> <why>``. Bounds keep absurd values (a model that
 needs more memory than any machine has, a run that could never finish) from getting as far as
 creating a run, a folder or a process.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ampbench.config import (
+from ampbench.config.settings import (
+    COMPILE_MODES,
     CONDITIONS,
     LOADERS,
     MODEL_LOGGING,
@@ -56,6 +57,12 @@ def _train_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("train.warmup_fraction", 0 < t.warmup_fraction < 1, "must be in (0, 1)"),
         ("train.seeds", len(set(t.seeds)) == len(t.seeds), "must not repeat a seed"),
         ("train.loader", t.loader in LOADERS, f"must be one of {', '.join(LOADERS)}"),
+        ("train.compile", t.compile in COMPILE_MODES, f"must be one of {', '.join(COMPILE_MODES)}"),
+        (
+            "train.compile",
+            t.compile == "none" or not t.dp_autocast_outside_forward,
+            "must be none with train.dp_autocast_outside_forward (the claim-4 demonstration runs eager)",
+        ),
         ("train.workers", t.workers >= 0, "must be >= 0"),
         ("train.ddp_cpu_workers", t.ddp_cpu_workers >= 1, "must be >= 1"),
         ("train.scale_floor", t.scale_floor > 0, "must be > 0"),

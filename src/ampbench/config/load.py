@@ -1,6 +1,6 @@
 """Reading ``params.yaml``: the YAML, the ``--set`` overrides, each value against its field's type.
 
-``load`` (behind ``config.load_config``) collects every problem before it reports: unknown keys, wrong
+``load_config`` collects every problem before it reports: unknown keys, wrong
 types, then the ranges and bounds of ``config_rules.py``, all in one ConfigError.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from ampbench import config_rules
-from ampbench.config import Config, ConfigError
+import ampbench.config.rules as config_rules
+from ampbench.config.settings import Config, ConfigError
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -122,7 +122,7 @@ def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
         raw[section][name] = value
 
 
-def load(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
+def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
     """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
     path = Path(path)
     raw = _read_params(path)

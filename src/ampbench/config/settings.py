@@ -7,9 +7,9 @@ are collected and reported together, each by its dotted key.
 
     cfg = load_config("params.yaml", overrides=["train.epochs=1"])
 
-This module holds the settings, each documented beside its field; ``config_load.py`` reads and
-type-checks the file, ``config_rules.py`` holds the ranges and bounds. None of them imports torch:
-a command line or configuration error is answered at once.
+This module holds the settings, each documented beside its field; ``load.py`` reads and
+type-checks the file, ``rules.py`` holds the ranges and bounds. None of them imports torch: a
+command line or configuration error is answered at once.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import typing
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 from ampbench.variants import AXES as VARIANT_AXES
 from ampbench.variants import PARALLELS, PRECISIONS
 
 __all__ = [
+    "COMPILE_MODES",
     "CONDITIONS",
     "LOADERS",
     "MODEL_LOGGING",
@@ -39,11 +38,11 @@ __all__ = [
     "ModelConfig",
     "TrackingConfig",
     "TrainConfig",
-    "load_config",
     "replace",
 ]
 
 LOADERS = ("device", "dataloader")
+COMPILE_MODES = ("none", "default", "max-autotune-no-cudagraphs")  # train.compile
 SWITCHES = ("auto", "always", "never")  # not on/off: YAML reads those as booleans
 CONDITIONS = ("project", "tutorial", "demo")  # which study a run belongs to (tracking.conditions)
 MODEL_LOGGING = ("reference", "export", "none")  # tracking.log_model
@@ -107,6 +106,9 @@ class TrainConfig:
     """DataLoader worker processes (loader: dataloader only)."""
     eval_each_epoch: bool = True
     """Measure test accuracy after every epoch (cheap with data on the device)."""
+    compile: str = "none"
+    """torch.compile (inductor) of the model inside the captured step: none, default, or
+    max-autotune-no-cudagraphs (training/compiler.py). Not for dp over several GPUs (threads)."""
     cuda_graph: bool = True
     """Replay the training step from a CUDA graph where the strategy allows it (CUDA: single, dp
     on one GPU, ddp over NCCL; not dp over several GPUs, whose replicas run in threads)."""
@@ -185,13 +187,6 @@ class Config:
         """Hash of everything that changes what training computes (for safe resume)."""
         flat = {k: v for k, v in self.flat().items() if not k.startswith(exclude)}
         return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
-    """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
-    from ampbench.config_load import load  # the loader needs the classes above
-
-    return load(path, overrides)
 
 
 def replace(cfg: Config, **sections: dict) -> Config:

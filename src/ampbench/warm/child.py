@@ -1,0 +1,140 @@
+"""A stage in a fork of the warm server: becoming the client's process, then running its command.
+
+The child takes the client's stdin/stdout/stderr, working folder, environment (plus what the
+server's imports added), umask and signal dispositions (so `nohup` still ignores SIGHUP), runs in a
+process group of its own (the client passes signals on; nothing reaches it twice) and dies with
+the server. It then runs ``ampbench <argv>`` through ``cli.main`` and ends as ``cli.run`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import traceback
+
+_LIBC = ctypes.CDLL(None)  # loaded once in the server, not with dlopen in a forked child
+
+
+def receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """The client's request and its three file descriptors."""
+    conn.settimeout(5)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    try:
+        while data and not data.endswith(b"\n"):
+            more = conn.recv(1 << 20)
+            if not more:
+                raise ConnectionError("request cut short")
+            data += more
+        if len(fds) != 3:
+            raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+        request = json.loads(data)
+        if not isinstance(request.get("argv"), list):
+            raise ValueError("no argv")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return request, fds
+
+
+def fork(conn: socket.socket, request: dict, fds: list[int], server) -> int:
+    """Fork the stage's process; in the parent, its pid (the child never returns)."""
+    flush_all()
+    parent = os.getpid()
+    # No SIGTERM between the fork and the child's registration: the stop must see every child.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        return pid
+    code = 70
+    try:
+        code = _become_client(conn, request, fds, server, parent)
+    except BaseException:  # noqa: BLE001 - before or around the command: say why, then exit
+        traceback.print_exc()
+    finally:
+        flush_all()
+        os._exit(code)
+
+
+def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> int:
+    os.setpgid(0, 0)
+    die_with_parent(signal.SIGKILL)  # the server killed outright takes its stages along
+    if os.getppid() != parent:  # it died before that took effect
+        return 1
+    ignored = set(request.get("ignored", []))
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP, signal.SIGINT):
+        default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+        signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else default)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    server.sel.close()
+    server.listener.close()
+    for entry in server.children.values():
+        entry["conn"].close()
+    conn.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({**server.added_env, **request["env"]})
+    os.umask(int(request["umask"]))
+    sys.argv = ["ampbench", *request["argv"]]
+    _as_if_started_here(float(request.get("age", 0.0)))
+    from ampbench import cli, ending
+
+    code = 1
+    try:
+        code = cli.main(request["argv"])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    return ending.finish(code)
+
+
+def _as_if_started_here(age: float) -> None:
+    """What a fresh interpreter would have set from the client's environment, set again."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=stream.isatty() or stream is sys.stderr, write_through=unbuffered)
+    tempfile.tempdir = None  # TMPDIR is read again
+    from ampbench import timing
+
+    timing.started_before(age if age == age else 0.0)  # the client's own start (nan: unknown)
+    threads = os.environ.get("OMP_NUM_THREADS", "")  # torchrun sets 1 per worker; torch read it at import
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def flush_all() -> None:
+    """Python's streams and C's stdio buffers (os._exit skips libc's exit, which flushes them)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    with contextlib.suppress(OSError, AttributeError):
+        _LIBC.fflush(None)
+
+
+def die_with_parent(sig: int) -> None:
+    """Get `sig` when the parent process dies (Linux prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        _LIBC.prctl(1, int(sig))  # 1: PR_SET_PDEATHSIG
+
+
+def kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

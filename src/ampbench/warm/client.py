@@ -1,0 +1,136 @@
+"""The stage's side of a warm start (standard library only: it runs before anything is imported).
+
+``cli.run`` calls :func:`forward` first. With ``AMPBENCH_WARM_SOCKET`` set (by the command that
+started the server) and a stage command, this process sends the server its arguments, working
+folder, environment, umask, context (``warm.context``), the signals it ignores (``nohup``) and its
+stdin/stdout/stderr. The server answers with the pid of the forked child that runs the stage, or
+why it will not (then the stage runs here, plain). This process then waits for the child's exit
+status and leaves with it: the same output, exit code and death by signal as the stage itself.
+
+Signals sent to this process (kill, Ctrl-C, Ctrl-Z, fg) are passed on to the child, so a stop
+still saves and says how to resume. The child runs in a process group of its own, so nothing
+reaches it twice. A kill -9 of this process ends the child at once (the server sees the
+connection close); SIGSTOP, which no process can catch, stops this process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+from ampbench.timing import process_age
+from ampbench.warm import SOCKET_ENV, context
+
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def forward(argv: list[str]) -> int | None:
+    """Run argv (a stage: cli.WARM_COMMANDS) in a fork of the command's warm server; its exit
+    status, or None to run it here."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path or sys.platform != "linux":
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        ignored = [int(s) for s in (*PASSED_ON, signal.SIGTSTP) if signal.getsignal(s) is signal.SIG_IGN]
+        request = {
+            "argv": argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": _umask(),
+            "age": process_age(),
+            "ignored": ignored,
+            "context": context.current(),
+        }
+        socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        lines = _Lines(sock)
+        reply = json.loads(lines.next(timeout=None) or b"{}")
+    except (OSError, ValueError) as err:
+        sock.close()
+        _debug(f"the warm server at {path} did not answer ({err}); running here")
+        return None
+    if "pid" not in reply:  # refused, or gone before it forked: nothing ran yet
+        sock.close()
+        _debug(f"running here, not in the warm server: {reply.get('refused', 'it went away')}")
+        return None
+    return _wait(sock, lines, int(reply["pid"]), ignored, watch_parent="RANK" in os.environ)
+
+
+class _Lines:
+    """Newline-framed JSON messages from the server, read with a timeout."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf = sock, b""
+
+    def next(self, timeout: float | None) -> bytes | None:
+        """The next line; b"" when the server closed the connection; None on timeout."""
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+            if not ready:
+                return None
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                return b""
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+
+def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], watch_parent: bool) -> int:
+    """Pass signals on until the server reports how the child ended; end the same way."""
+
+    def pass_on(signum: int, frame=None) -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(json.dumps({"signal": signum}).encode() + b"\n")
+
+    def suspend(signum: int, frame) -> None:  # Ctrl-Z: stop the child, then this process
+        pass_on(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)
+        signal.signal(signal.SIGTSTP, suspend)  # here again after SIGCONT (fg, bg)
+        pass_on(signal.SIGCONT)
+
+    for sig in PASSED_ON:
+        if sig not in ignored:
+            signal.signal(sig, pass_on)
+    if signal.SIGTSTP not in ignored:
+        signal.signal(signal.SIGTSTP, suspend)
+    parent = os.getppid()
+    while True:
+        try:
+            line = lines.next(timeout=0.5)
+        except OSError:
+            line = b""
+        if line is not None:
+            break
+        # A DDP worker whose torchrun died (kill -9) stops, as StopFlag(watch_parent) would.
+        if watch_parent and os.getppid() != parent:
+            parent = os.getppid()
+            pass_on(signal.SIGTERM)
+    if not line:
+        print(f"ampbench: the warm server ended while process {child} ran this stage", file=sys.stderr)
+        return 1
+    status = json.loads(line)
+    if "signal" in status:  # die the same way, so that the caller sees the same status
+        for sig in (*PASSED_ON, signal.SIGTSTP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), status["signal"])
+        return 128 + status["signal"]
+    return int(status["exit"])
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _debug(message: str) -> None:
+    if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
+        print(f"ampbench: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,83 @@
+"""What a stage must share with the warm server to run in a fork of it (standard library only).
+
+A forked child keeps what the server's imports read: environment variables (TORCH_LOGS,
+TORCHINDUCTOR_*, PYTHONHASHSEED, LD_*, ...), the code on disk, the interpreter and its path. It also
+gets the server's cgroup, resource limits, CPU affinity, priority and user. So the server runs a
+stage only where all of these equal the stage's own; any difference and the stage runs plain.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# Set per process by make, DVC and torchrun, or read by MLflow and ampbench when used, not at
+# import: a difference in these is no reason to refuse. OMP_NUM_THREADS (torchrun sets 1 per
+# worker) is applied again in the child (torch.set_num_threads).
+RUN_TIME_PREFIXES = ("DVC_", "AMPBENCH_", "MLFLOW_", "TORCHELASTIC_")
+RUN_TIME_NAMES = frozenset(
+    {
+        *("PWD", "OLDPWD", "SHLVL", "_", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"),
+        *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE"),
+        *("ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"),
+        *("TORCH_NCCL_ASYNC_ERROR_HANDLING",),
+    }
+)
+LIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in RUN_TIME_NAMES and not k.startswith(RUN_TIME_PREFIXES)}
+
+
+def code_stamp() -> list[str]:
+    """The package's files as the server imported them: an edit makes stages run plain."""
+    return sorted(
+        f"{f.relative_to(PACKAGE)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in PACKAGE.rglob("*.py")
+    )
+
+
+def current(env: dict[str, str] | None = None) -> dict:
+    """This process's context, as JSON-ready lists (what the client sends, the server compares)."""
+    return {
+        "env": import_time_env(dict(os.environ if env is None else env)),
+        "cgroup": Path("/proc/self/cgroup").read_text(),
+        "limits": {name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS},
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "user": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())],
+        # sys.path[0] is the script's folder or the working folder (`ampbench` vs `python -m`)
+        "interpreter": [sys.executable, sys.path[1:]],
+        "code": code_stamp(),
+    }
+
+
+def differences(stage: dict, server: dict) -> list[str]:
+    """What differs, in words (empty: the stage may run in the server's fork)."""
+    found = []
+    for name in sorted(set(stage["env"]) | set(server["env"])):
+        here, there = stage["env"].get(name), server["env"].get(name)
+        if here != there:
+            found.append(f"environment variable {name} ({_shown(here)} here, {_shown(there)} in the server)")
+    for name in sorted(set(stage["limits"]) | set(server["limits"])):
+        if stage["limits"].get(name) != server["limits"].get(name):
+            found.append(
+                f"resource limit {name} ({stage['limits'].get(name)} here, {server['limits'].get(name)})"
+            )
+    words = {
+        "cgroup": "cgroup",
+        "affinity": "CPU affinity",
+        "nice": "nice value",
+        "user": "user or groups",
+        "interpreter": "Python interpreter or sys.path",
+        "code": "ampbench's code (edited since the server started)",
+    }
+    found += [text for key, text in words.items() if stage.get(key) != server.get(key)]
+    return found
+
+
+def _shown(value: str | None) -> str:
+    return "unset" if value is None else repr(value if len(value) < 40 else value[:37] + "...")

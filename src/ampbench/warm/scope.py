@@ -1,0 +1,70 @@
+"""The command's side: a warm server that lives exactly as long as the command that starts it.
+
+    with warm.scope.serving():   # ampbench.dvc_run, which `make run`, `make demo` and `make tutorial` use
+        dvc_main(argv)           # stages DVC starts find the server through AMPBENCH_WARM_SOCKET
+
+The server is this process's child: same session, cgroup, resource limits, CPU affinity, priority
+and user, so `taskset`, `nice`, `ulimit`, `systemd-run`, SLURM and `time` act on the stages as on
+any child process. Its socket lies in a private folder made for this command, so no other command
+(another study of the same user, a plain `dvc repro`) ever reaches it. It ends when this process
+does: its stdin is a pipe from here (end of file, whatever the way this process ended) and it
+dies with this process's thread (PR_SET_PDEATHSIG). Its log is the folder's server.log, shown
+with --debug / AMPBENCH_DEBUG=1; ``AMPBENCH_WARM=0`` runs every stage plain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ampbench.warm import SOCKET_ENV
+
+
+def enabled() -> bool:
+    off = os.environ.get("AMPBENCH_WARM", "1").lower() in ("0", "off", "no", "false")
+    return sys.platform == "linux" and not off and SOCKET_ENV not in os.environ
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[Path | None]:
+    """Start the command's warm server; the folder of its socket and log (None: off here)."""
+    if not enabled():
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="ampbench-warm-"))  # 0700, this user's
+    log = folder / "server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "ampbench.warm.server", str(folder / "socket")],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+            process_group=0,  # terminal signals reach the stages through their clients only
+        )
+    os.environ[SOCKET_ENV] = str(folder / "socket")
+    try:
+        yield folder
+    finally:
+        os.environ.pop(SOCKET_ENV, None)
+        _stop(server)
+        if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
+            sys.stderr.write(log.read_text(errors="replace"))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End of file on its stdin: it stops what runs (none, normally) and exits."""
+    with contextlib.suppress(OSError):
+        server.stdin.close()
+    try:
+        server.wait(timeout=150)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()

@@ -1,0 +1,224 @@
+"""Warm starts scoped to a command (``ampbench.warm``): a stage runs in a fork of the server that
+the command started, only where its context equals the server's, and the server lives exactly as
+long as that command. The pipeline's own run through it: tests/pipeline/test_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, long_project, new_project, venv_env, wait_for_checkpoint
+
+pytestmark = pytest.mark.slow  # a server imports torch and MLflow: seconds
+
+PY = sys.executable
+TRAIN = ("train", "--parallel", "single", "--precision", "fp32")
+# What ampbench.dvc_run does around DVC, with stdin to end it.
+HOLD = """
+import sys
+from ampbench.warm import scope
+with scope.serving() as folder:
+    print(folder, flush=True)
+    sys.stdin.read()
+"""
+
+
+class Command:
+    """A command that holds a warm server, as `make run` does around `dvc repro`."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [PY, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=venv_env()
+        )
+        self.folder = Path(self.proc.stdout.readline().decode().strip())
+        deadline = time.monotonic() + 120
+        while not (self.folder / "socket").exists():
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.log()
+            time.sleep(0.1)
+        self.server = int(re.search(r"warm server (\d+): ready", self.log())[1])
+        self.env = venv_env(AMPBENCH_WARM_SOCKET=str(self.folder / "socket"), AMPBENCH_DEBUG="1")
+
+    def log(self) -> str:
+        return (self.folder / "server.log").read_text()
+
+    def stage_pid(self, command: str, since: int, timeout: float = 30) -> int:
+        """The pid of the child that runs `command`, from the log after offset `since`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.findall(rf"pid (\d+) runs `ampbench {re.escape(command)}`", self.log()[since:])
+            if found:
+                return int(found[-1])
+            time.sleep(0.05)
+        pytest.fail(f"the server ran no `{command}`:\n{self.log()}")
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+
+
+@pytest.fixture(scope="module")
+def command():
+    held = Command()
+    yield held
+    held.end()
+
+
+def _ignored(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/status").read_text().split("SigIgn:\t")[1].split()[0], 16)
+
+
+def test_a_stage_runs_in_a_fork_of_the_server_and_ends_as_itself(command, tmp_path):
+    project = new_project(tmp_path / "p")
+    since = len(command.log())
+    proc = subprocess.run(
+        [PY, "-m", "ampbench", *TRAIN], cwd=project, env=command.env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    command.stage_pid(" ".join(TRAIN), since)  # it ran in the server's child
+    assert (project / "models/single-fp32/seed-0/model.pt").exists()
+    assert "test accuracy" in proc.stderr and "running here" not in proc.stderr
+    # a usage error comes back as it would from a process of its own: message and status 2
+    bad = subprocess.run(
+        [PY, "-m", "ampbench", "compare", "--nope"], env=command.env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "unrecognized arguments: --nope" in bad.stderr
+
+
+def _limit():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+
+
+def _affinity():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _cgroup_child() -> Path:
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    root = next((line.split()[4] for line in mounts if " - cgroup2 " in line), None)
+    if root is None or os.geteuid() != 0:
+        pytest.skip("a cgroup of our own needs root and a cgroup v2 hierarchy")
+    group = Path(root) / f"ampbench-warm-test-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError as err:
+        pytest.skip(f"cannot create a cgroup under {root}: {err.strerror}")
+    return group
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("environment", "environment variable PYTHONHASHSEED ('7' here, unset in the server)"),
+        ("limit", "resource limit RLIMIT_NOFILE"),
+        ("affinity", "CPU affinity"),
+        ("nice", "nice value"),
+        ("cgroup", "cgroup"),
+    ],
+)
+def test_a_stage_in_another_context_runs_plain(command, case, said):
+    """Another import-time environment, resource limit, CPU affinity, priority or cgroup: the
+    stage runs in its own process, and the refusal says why."""
+    env, preexec, group = dict(command.env), None, None
+    if case == "environment":
+        env["PYTHONHASHSEED"] = "7"
+    elif case == "affinity" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU here: no other affinity to try")
+    elif case == "cgroup":
+        group = _cgroup_child()
+    preexec = {"limit": _limit, "affinity": _affinity, "nice": lambda: os.nice(1)}.get(case)
+    if group is not None:
+        preexec = lambda: (group / "cgroup.procs").write_text(str(os.getpid()))  # noqa: E731
+    try:
+        proc = subprocess.run(
+            [PY, "-m", "ampbench", "compare", "--params", "nope.yaml"],
+            env=env,
+            preexec_fn=preexec,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        if group is not None:
+            group.rmdir()
+    assert proc.returncode == 2 and "nope.yaml: not found" in proc.stderr, proc.stderr
+    assert f"running here, not in the warm server: {said}" in proc.stderr
+    assert said in command.log().splitlines()[-1]
+
+
+def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_path):
+    """nohup's ignored SIGHUP is the stage's too; Ctrl-Z stops and fg resumes it; one SIGTERM to
+    the client is one SIGTERM to the stage: it saves, says how to resume, exits 143."""
+    project = long_project(tmp_path / "p")
+    since = len(command.log())
+    with open(project / "train.log", "w") as log:
+        proc = subprocess.Popen(
+            ["nohup", PY, "-m", "ampbench", *TRAIN],
+            cwd=project,
+            env=command.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        stage = command.stage_pid(" ".join(TRAIN), since)
+        wait_for_checkpoint(
+            proc, project / "checkpoints/single-fp32/seed-0/checkpoint.pt", project / "train.log"
+        )
+        assert _ignored(stage) >> (signal.SIGHUP - 1) & 1
+        os.kill(proc.pid, signal.SIGTSTP)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{stage}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "Ctrl-Z did not stop the stage"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.5)
+        assert Path(f"/proc/{stage}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(120) == 143, (project / "train.log").read_text()[-3000:]
+    finally:
+        proc.kill()
+    text = (project / "train.log").read_text()
+    assert "SIGTERM received" in text and "To resume" in text and text.count("SIGTERM received") == 1
+
+
+def test_kill_9_of_the_client_ends_its_stage(command, tmp_path):
+    project = long_project(tmp_path / "p", epochs=50)
+    since = len(command.log())
+    proc = subprocess.Popen(
+        [PY, "-m", "ampbench", *TRAIN],
+        cwd=project,
+        env=command.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    stage = command.stage_pid(" ".join(TRAIN), since)
+    time.sleep(1)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while alive(stage):
+        assert time.monotonic() < deadline, "the stage outlived its client"
+        time.sleep(0.05)
+
+
+def test_the_server_is_gone_with_its_command():
+    """Ended normally, its folder is removed; killed outright (kill -9), the server follows."""
+    for ending in ("end", "kill"):
+        held = Command()
+        held.proc.kill() if ending == "kill" else held.end()
+        held.proc.wait(30)
+        deadline = time.monotonic() + 30
+        while alive(held.server):
+            assert time.monotonic() < deadline, f"the server outlived its command ({ending})"
+            time.sleep(0.1)
+        assert ending == "kill" or not held.folder.exists()
