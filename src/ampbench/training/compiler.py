@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from typing import cast
 
 import torch
@@ -51,6 +52,10 @@ class Compiler:
         """The model compiled (fullgraph: a graph break would be a silent slow path), or as is."""
         if not self.enabled:
             return model
+        # Each seed (and each bench measure) compiles a new model: dynamo's cache of the earlier
+        # ones (their modules gone) is dropped, so they never count toward its recompile limit (8
+        # per code object). Inductor's on-disk cache still serves the same graph at once.
+        torch._dynamo.reset()
         compiled = torch.compile(model, backend=self._inductor, fullgraph=True, dynamic=False)
         return cast(nn.Module, compiled)  # an OptimizedModule: a Module with the same parameters
 
@@ -62,7 +67,9 @@ class Compiler:
         if self.graphs_after_first_step is not None:
             log.warning("train.compile: recompiling after the first step (graph %d)", self.graphs)
         options = list_mode_options(self.mode) if self.mode != "default" else {}
-        return compile_fx(graph, example_inputs, config_patches=options)
+        with warnings.catch_warnings():  # fp32 here means true fp32: TF32 stays off on purpose
+            warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
+            return compile_fx(graph, example_inputs, config_patches=options)
 
     def first_step(self, run, device: torch.device) -> None:
         """Run the first step (which compiles) and time it, synchronised."""
