@@ -29,7 +29,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt
 	touch $@
 
-# dvc runs through ampbench.dvc_run (src/ampbench/dvc_run.py): the same command without DVC's
+# dvc runs through ampbench.dvc_run (src/ampbench/dvc_run.py), which also starts the command's warm
+# server (src/ampbench/warm/: stages fork from it instead of importing torch and MLflow again;
+# AMPBENCH_WARM=0 runs them plain): the same command without DVC's
 # "No file hash info found" warnings (dvc exp run's check-out of outputs not made yet) and with
 # a stop (Ctrl-C, SIGTERM) told as one line: the train stage says what it saved, where, and the
 # command below that resumes. The recipe traps the signal so that it can finish; make, which got
