@@ -1175,3 +1175,23 @@ def test_the_import_graph_has_no_cycle_and_no_stage_is_imported_from_below():
             visit(module, [])
     upward = {m: sorted(i for i in graph[m] if i.startswith("ampbench.stages.")) for m in modules}
     assert not {m: i for m, i in upward.items() if i and not m.startswith("ampbench.stages.")}
+
+
+def test_no_module_over_300_lines_and_no_function_over_60():
+    """Modules with one job and functions that fit a screen (the package's layout rule)."""
+    import ast
+
+    big = []
+    for f in sorted((REPO / "src" / "ampbench").rglob("*.py")):
+        text = f.read_text()
+        if text.count("\n") > 300:
+            big.append(f"{f.relative_to(REPO)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.end_lineno - node.lineno >= 60
+            ):
+                big.append(
+                    f"{f.relative_to(REPO)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
+                )
+    assert not big, big

@@ -10,10 +10,9 @@
     ampbench findings                       # docs/FINDINGS.md: the tutorial's claims, tested
 
 Every stage reads params.yaml (``--params``) and ``--set section.key=value`` overrides, all
-validated before anything runs. This file shows every command and its options; each command's
-main is ``main(cfg, args, argv)`` in the module ``COMMANDS`` names, imported only when that
-command runs. Nothing here imports torch or MLflow: ``--help``, a usage
-error or a configuration error is answered at once.
+validated before anything runs. Each command's main is ``main(cfg, args, argv)`` in the module
+``COMMANDS`` names, imported only when it runs: ``--help``, a usage error or a configuration
+error is answered at once, without torch or MLflow.
 
 An error the user can fix ends the command with one line and exit 1, no traceback: the errors in
 ``EXPECTED_ERRORS``, any fault of the MLflow store (server gone, database corrupt, locked or full:
@@ -158,9 +157,7 @@ def _add_variant(v: argparse.ArgumentParser) -> None:
 def _add_bench(b: argparse.ArgumentParser) -> None:
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
     b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
-    b.add_argument(
-        "--compile", default="", help="train.compile modes to measure side by side, e.g. none,default"
-    )
+    b.add_argument("--compile", default="", help="train.compile modes side by side, e.g. none,default")
     b.add_argument(
         "--steps",
         type=_at_least_one,
