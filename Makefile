@@ -10,6 +10,9 @@
 #   make test-fast        ruff check, ruff format --check, then the unit tests only (pytest -m
 #                         "not slow"): under a minute on 2 cores; the end-to-end tests (stages as
 #                         subprocesses, the pipeline, dvc, mlflow server, browser) are marked slow
+#   make explain [DATA=<path or URL>]  why AMP pays or not on this machine: its speed-up rung by rung from the
+#                         tutorial's conditions to the defaults, and over batch sizes
+#                         (ampbench explain: reports/explain.{json,md,png}; data/prepared first)
 #   make plots [DIR=demo]  `dvc plots show` that works offline (fetches vega once from npm)
 #   make tutorial DATA=<path or URL>  the tutorial's conditions (DataLoader, batch 128, eager, single
 #                         GPU; experiment cifar10-amp-tutorial) in tutorial/, then docs/FINDINGS.md
@@ -19,7 +22,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo.
 DATA_URL = $(if $(findstring ://,$(DATA)),$(DATA),$(abspath $(DATA)))
 
-.PHONY: install run demo tutorial plots findings test test-fast lint clean clean-demo clean-tutorial
+.PHONY: install run demo tutorial plots findings explain test test-fast lint clean clean-demo clean-tutorial
 
 install: $(VENV)/.installed
 
@@ -69,6 +72,10 @@ endif
 	@echo "cd demo && dvc repro"
 	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && $(call STOPPABLE,repro)
 	@echo "The comparison: demo/reports/comparison.md; in DVC: cd demo && dvc metrics show"
+
+explain: install
+	@test -f data/prepared/cifar10.pt || ampbench download $(if $(DATA),--set 'data.url=$(DATA_URL)')
+	ampbench explain
 
 # tutorial/ follows demo/'s pattern (a dvc.yaml copy, src -> ../src, its own params.yaml): the
 # study under the tutorial's conditions, to test its four claims. Then `make findings` writes

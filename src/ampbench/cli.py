@@ -8,6 +8,7 @@
     ampbench bench --variants single-fp32,single-autocast
     ampbench estimate                       # how long the whole study takes on this CPU
     ampbench findings                       # docs/FINDINGS.md: the tutorial's claims, tested
+    ampbench explain                        # why AMP pays or not here: the overhead ladder
 
 Every stage reads params.yaml (``--params``) and ``--set section.key=value`` overrides, all
 validated before anything runs. Each command's main is ``main(cfg, args, argv)`` in the module
@@ -28,6 +29,7 @@ import logging
 import os
 import sys
 
+from ampbench import cli_options
 from ampbench.config import ConfigError, load_config
 from ampbench.variants import PARALLELS, PRECISIONS
 
@@ -46,6 +48,7 @@ COMMANDS = {
     "bench": "ampbench.stages.bench:main",
     "estimate": "ampbench.stages.estimate:main",
     "findings": "ampbench.stages.findings:main",
+    "explain": "ampbench.stages.explain:main",
 }
 
 # Helper processes of a train stage, started as `ampbench <name> args...`: module:function(*args).
@@ -125,87 +128,25 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
     )
-    _add_variant(
+    cli_options.add_variant(
         sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
     )
-    _add_bench(sub.add_parser("bench", parents=[common], help="measure training throughput, untracked"))
+    cli_options.add_bench(
+        sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
+    )
     e = sub.add_parser(
         "estimate", parents=[common], help="time a few steps of the real model, estimate the whole study"
     )
     e.add_argument("--force", action="store_true", help="estimate on the CPU even when CUDA is present")
-    _add_findings(
+    cli_options.add_findings(
         sub.add_parser(
             "findings", parents=[common], help="docs/FINDINGS.md: the tutorial's claims against measured runs"
         )
     )
+    cli_options.add_explain(
+        sub.add_parser("explain", parents=[common], help="AMP's speed-up rung by rung and over batch sizes")
+    )
     return p
-
-
-def _add_variant(v: argparse.ArgumentParser) -> None:
-    """`ampbench variant` (the MLproject entry point): an empty value keeps params.yaml's."""
-    for flag, key, example in (
-        ("--epochs", "train.epochs", ""),
-        ("--batch-size", "train.batch_size (global)", ""),
-        ("--seeds", "train.seeds", ", e.g. 0,1"),
-        ("--data-url", "data.url", ", e.g. a local archive"),
-        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
-        ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
-    ):
-        v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
-
-
-def _add_bench(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
-    b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
-    b.add_argument("--compile", default="", help="train.compile modes side by side, e.g. none,default")
-    b.add_argument(
-        "--steps",
-        type=_at_least_one,
-        default=50,
-        help="timed steps per ceiling and dataloader window (pipeline: one epoch)",
-    )
-    b.add_argument(
-        "--windows",
-        type=_at_least_one,
-        default=5,
-        help="timed windows per measure, reported as median and min-max",
-    )
-    b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
-    b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
-    b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
-    b.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="also profile STEPS ceiling steps per variant with torch.profiler and list "
-        "the time per GPU kernel (CPU: per operator); 0: off",
-    )
-    b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
-
-
-def _add_findings(f: argparse.ArgumentParser) -> None:
-    f.add_argument("--study", default="reports", help="the project's reports folder (default: %(default)s)")
-    f.add_argument(
-        "--tutorial",
-        default="tutorial/reports",
-        help="the tutorial-conditions reports folder (make tutorial; default: %(default)s)",
-    )
-    f.add_argument("--bench", default="", help="ampbench bench's JSON, e.g. reports/bench.json (optional)")
-    f.add_argument("--out", default="docs/FINDINGS.md", help="default: %(default)s")
-    f.add_argument(
-        "--readme",
-        default="README.md",
-        help="README whose findings block is refreshed "
-        "(between <!-- findings:start/end --> markers, if any); empty: none",
-    )
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _function(target: str):

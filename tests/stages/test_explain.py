@@ -1,0 +1,59 @@
+"""`ampbench explain` on a CPU: the ladder's rungs that mean something there, every precision, the
+speed-ups as ratios of the same rung's medians, the batch crossover, the files and the MLflow run;
+R0 is the tutorial's conditions (tutorial/params.yaml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ampbench.stages import explain_measure
+from conftest import REPO, new_project, run_cli, runs
+
+
+def test_r0_is_the_tutorials_conditions_and_the_last_eager_rung_the_defaults():
+    tutorial = yaml.safe_load((REPO / "tutorial" / "params.yaml").read_text())["train"]
+    defaults = yaml.safe_load((REPO / "params.yaml").read_text())["train"]
+    r0 = explain_measure.RUNGS[0][2]
+    for key in ("loader", "workers", "batch_size", "cuda_graph", "cudnn_benchmark"):
+        assert r0[key] == tutorial[key], key
+    train: dict = {}
+    for name, _, overrides in explain_measure.RUNGS:
+        train.update(overrides)
+        if name == "R4":
+            assert all(defaults[k] == v for k, v in train.items()), train
+    assert train["compile"] == "default"  # R5: compile on top of the defaults
+
+
+@pytest.mark.slow  # a minute of CPU training in a subprocess
+def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
+    project = new_project(tmp_path / "proj", per_class=16)  # R2's batch 64 fits
+    out = project / "reports" / "explain"
+    args = ["--steps", "2", "--windows", "2", "--profile-steps", "1", "--max-images", "128"]
+    proc = run_cli(project, "explain", *args, "--out", str(out))
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert [r["rung"] for r in res["rungs"]] == ["R0", "R1", "R2"]  # the rungs a CPU can say anything about
+    assert [r["batch"] for r in res["rungs"]] == [16, 16, 64]  # an eighth of the GPU's
+    assert "say nothing about any GPU" in res["note"] and res["note"] in proc.stdout
+    for r in res["rungs"]:
+        cells = {c["precision"]: c for c in r["cells"]}
+        assert list(cells) == ["fp32", "autocast", "autocast_gradscaler"]
+        for c in cells.values():
+            assert c["speedup_vs_fp32"] == c["images_per_second"] / cells["fp32"]["images_per_second"]
+            assert c["images_per_second_min"] <= c["images_per_second"] <= c["images_per_second_max"]
+            assert 0 < c["device_busy"] <= 1 and c["host_syncs_per_step"] >= 0
+            assert c["joules_per_image"] is None  # no NVML counter on a CPU: 'n/a' in the report
+    cross = res["crossover"]
+    assert [r["batch"] for r in cross["rows"]] == [8, 16, 32]
+    first = next((r["batch"] for r in cross["rows"] if r["autocast"] >= 1.5 * r["fp32"]), None)
+    assert cross["autocast_1_5x_from_batch"] == first
+    md = out.with_suffix(".md").read_text()
+    assert "| R1 | data and augmentation on the GPU | 16 | fp32 |" in md and "| n/a |" in md
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    (run,) = runs(project, experiment="cifar10-amp-explain", kind="explain")
+    assert res["run_id"] == run.info.run_id and run.info.status == "FINISHED"
+    r1 = res["rungs"][1]["cells"][1]
+    assert run.data.metrics["explain/R1/autocast/speedup_vs_fp32"] == pytest.approx(r1["speedup_vs_fp32"])
