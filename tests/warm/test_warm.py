@@ -60,6 +60,21 @@ class Command:
             time.sleep(0.05)
         pytest.fail(f"the server ran no `{command}`:\n{self.log()}")
 
+    def start(
+        self, project: Path, prefix: tuple = (), log: Path | None = None
+    ) -> tuple[subprocess.Popen, int]:
+        """`ampbench train ...` as a client of this server: the client, and its stage's pid."""
+        since = len(self.log())
+        with open(log or os.devnull, "w") as out:
+            proc = subprocess.Popen(
+                [*prefix, PY, "-m", "ampbench", *TRAIN],
+                cwd=project,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return proc, self.stage_pid(" ".join(TRAIN), since, timeout=60)
+
     def end(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
@@ -160,17 +175,8 @@ def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_pa
     """nohup's ignored SIGHUP is the stage's too; Ctrl-Z stops and fg resumes it; one SIGTERM to
     the client is one SIGTERM to the stage: it saves, says how to resume, exits 143."""
     project = long_project(tmp_path / "p")
-    since = len(command.log())
-    with open(project / "train.log", "w") as log:
-        proc = subprocess.Popen(
-            ["nohup", PY, "-m", "ampbench", *TRAIN],
-            cwd=project,
-            env=command.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    proc, stage = command.start(project, ("nohup",), project / "train.log")
     try:
-        stage = command.stage_pid(" ".join(TRAIN), since)
         wait_for_checkpoint(
             proc, project / "checkpoints/single-fp32/seed-0/checkpoint.pt", project / "train.log"
         )
@@ -193,15 +199,7 @@ def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_pa
 
 def test_kill_9_of_the_client_ends_its_stage(command, tmp_path):
     project = long_project(tmp_path / "p", epochs=50)
-    since = len(command.log())
-    proc = subprocess.Popen(
-        [PY, "-m", "ampbench", *TRAIN],
-        cwd=project,
-        env=command.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    stage = command.stage_pid(" ".join(TRAIN), since)
+    proc, stage = command.start(project)
     time.sleep(1)
     proc.kill()
     proc.wait()
@@ -222,3 +220,33 @@ def test_the_server_is_gone_with_its_command():
             assert time.monotonic() < deadline, f"the server outlived its command ({ending})"
             time.sleep(0.1)
         assert ending == "kill" or not held.folder.exists()
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGHUP, -signal.SIGHUP)])
+def test_a_signal_at_the_stages_first_instant_is_not_lost(command, tmp_path, sig, status):
+    """Sent as soon as the server forked: held until the stage has its own handlers, then acted
+    on as a plain process would (Ctrl-C: a stop, 130; SIGHUP: its default, death)."""
+    project = long_project(tmp_path / "p", epochs=50)
+    for attempt in range(3):
+        proc, _ = command.start(project)
+        os.kill(proc.pid, sig)
+        assert proc.wait(60) == status, f"attempt {attempt}"
+
+
+def test_a_sigterm_to_the_whole_job_stops_the_stage_once(tmp_path):
+    """systemctl stop / scancel: SIGTERM to the client, the server and the stage at once. The stage
+    saves and says how to resume, as a plain one would; the server goes on serving nobody new."""
+    held = Command()
+    try:
+        project = long_project(tmp_path / "p", epochs=50)
+        proc, stage = held.start(project, log=project / "train.log")
+        wait_for_checkpoint(
+            proc, project / "checkpoints/single-fp32/seed-0/checkpoint.pt", project / "train.log"
+        )
+        for pid in (proc.pid, held.server, stage):
+            os.kill(pid, signal.SIGTERM)
+        assert proc.wait(120) == 143, (project / "train.log").read_text()[-3000:]
+        text = (project / "train.log").read_text()
+        assert text.count("SIGTERM received") == 1 and "To resume" in text
+    finally:
+        held.end()

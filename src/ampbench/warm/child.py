@@ -12,12 +12,14 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import sys
 import tempfile
 import traceback
 
+HELD = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP}
 _LIBC = ctypes.CDLL(None)  # loaded once in the server, not with dlopen in a forked child
 
 
@@ -47,15 +49,24 @@ def fork(conn: socket.socket, request: dict, fds: list[int], server) -> int:
     """Fork the stage's process; in the parent, its pid (the child never returns)."""
     flush_all()
     parent = os.getpid()
-    # No SIGTERM between the fork and the child's registration: the stop must see every child.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    pid = os.fork()
+    # Blocked from before the fork until the child has its own handlers: the server ignores these
+    # (its clients pass them on), and a signal sent to a child that still had the server's
+    # dispositions would be lost. Blocked, it waits, even while ignored (Linux), and arrives after.
+    # In the server: no SIGTERM between the fork and the child's registration.
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+        raise
     if pid:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
         return pid
     code = 70
     try:
         code = _become_client(conn, request, fds, server, parent)
+    except KeyboardInterrupt:  # Ctrl-C before the command had its own handler: a stop, not a crash
+        code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - before or around the command: say why, then exit
         traceback.print_exc()
     finally:
@@ -73,7 +84,10 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
         default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
         signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else default)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    # In a process group of its own, a write to a terminal with `stty tostop` would stop the
+    # stage (SIGTTOU) where the client could not see it: writes go through, as in the foreground.
+    if any(os.isatty(fd) for fd in fds[1:]):
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     server.sel.close()
     server.listener.close()
     for entry in server.children.values():
@@ -89,7 +103,8 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     os.environ.update({**server.added_env, **request["env"]})
     os.umask(int(request["umask"]))
     sys.argv = ["ampbench", *request["argv"]]
-    _as_if_started_here(float(request.get("age", 0.0)))
+    _as_if_started_here(request)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # what arrived meanwhile is delivered now
     from ampbench import cli, ending
 
     code = 1
@@ -104,20 +119,39 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     return ending.finish(code)
 
 
-def _as_if_started_here(age: float) -> None:
+def _as_if_started_here(request: dict) -> None:
     """What a fresh interpreter would have set from the client's environment, set again."""
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    age = float(request.get("age", 0.0))
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED")) or bool(request.get("unbuffered"))
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=stream.isatty() or stream is sys.stderr, write_through=unbuffered)
     tempfile.tempdir = None  # TMPDIR is read again
     from ampbench import timing
 
     timing.started_before(age if age == age else 0.0)  # the client's own start (nan: unknown)
+    random.seed()  # not the server's state, shared by every stage
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     threads = os.environ.get("OMP_NUM_THREADS", "")  # torchrun sets 1 per worker; torch read it at import
     if threads.isdigit() and int(threads) > 0:
         import torch
 
         torch.set_num_threads(int(threads))
+    _blas_threads()
+
+
+def _blas_threads() -> None:
+    """numpy's BLAS as a fresh process would have it: the server loaded it with one thread (a fork
+    copies one thread only); the stage's own setting, or one per CPU."""
+    env = os.environ
+    wanted = (
+        env.get("OPENBLAS_NUM_THREADS") or env.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+    )
+    if wanted.isdigit() and int(wanted) > 1:
+        with contextlib.suppress(Exception):  # a missing threadpoolctl leaves it at one thread
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=int(wanted), user_api="blas")
 
 
 def flush_all() -> None:

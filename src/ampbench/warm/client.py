@@ -46,6 +46,7 @@ def forward(argv: list[str]) -> int | None:
             "umask": _umask(),
             "age": process_age(),
             "ignored": ignored,
+            "unbuffered": bool(getattr(sys.stdout, "write_through", False)),  # python -u (torchrun's workers)
             "context": context.current(),
         }
         socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
@@ -59,7 +60,10 @@ def forward(argv: list[str]) -> int | None:
         sock.close()
         _debug(f"running here, not in the warm server: {reply.get('refused', 'it went away')}")
         return None
-    return _wait(sock, lines, int(reply["pid"]), ignored, watch_parent="RANK" in os.environ)
+    try:
+        return _wait(sock, lines, int(reply["pid"]), ignored, watch_parent="RANK" in os.environ)
+    finally:
+        sock.close()
 
 
 class _Lines:

@@ -17,13 +17,15 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # Set per process by make, DVC and torchrun, or read by MLflow and ampbench when used, not at
 # import: a difference in these is no reason to refuse. OMP_NUM_THREADS (torchrun sets 1 per
 # worker) is applied again in the child (torch.set_num_threads).
-RUN_TIME_PREFIXES = ("DVC_", "AMPBENCH_", "MLFLOW_", "TORCHELASTIC_")
+RUN_TIME_PREFIXES = ("DVC_", "AMPBENCH_", "TORCHELASTIC_")
 RUN_TIME_NAMES = frozenset(
     {
         *("PWD", "OLDPWD", "SHLVL", "_", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"),
         *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE"),
         *("ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"),
         *("TORCH_NCCL_ASYNC_ERROR_HANDLING",),
+        # MLflow reads these when used (`mlflow run` sets the run's); its logging ones at import
+        *("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"),
     }
 )
 LIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
@@ -50,7 +52,7 @@ def current(env: dict[str, str] | None = None) -> dict:
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "user": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())],
         # sys.path[0] is the script's folder or the working folder (`ampbench` vs `python -m`)
-        "interpreter": [sys.executable, sys.path[1:]],
+        "interpreter": [sys.executable, sys.path[1:], sys.flags.optimize, sys.warnoptions, sys._xoptions],
         "code": code_stamp(),
     }
 
@@ -72,7 +74,7 @@ def differences(stage: dict, server: dict) -> list[str]:
         "affinity": "CPU affinity",
         "nice": "nice value",
         "user": "user or groups",
-        "interpreter": "Python interpreter or sys.path",
+        "interpreter": "Python interpreter, sys.path or flags (-O, -W, -X)",
         "code": "ampbench's code (edited since the server started)",
     }
     found += [text for key, text in words.items() if stage.get(key) != server.get(key)]

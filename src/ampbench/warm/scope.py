@@ -53,10 +53,12 @@ def serving() -> Iterator[Path | None]:
         yield folder
     finally:
         os.environ.pop(SOCKET_ENV, None)
-        _stop(server)
-        if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
-            sys.stderr.write(log.read_text(errors="replace"))
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            _stop(server)
+            if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
+                sys.stderr.write(log.read_text(errors="replace"))
+        finally:  # a second Ctrl-C while the server ends still leaves no folder behind
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _stop(server: subprocess.Popen) -> None:

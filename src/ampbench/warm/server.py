@@ -53,7 +53,7 @@ def preload() -> dict[str, str]:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - logged; the child meets it again
-            print(f"warm server: import {name} failed: {err!r}", flush=True)
+            _log(f"warm server: import {name} failed: {err!r}")
     return {k: v for k, v in os.environ.items() if before.get(k) != v and k not in ONE_THREAD}
 
 
@@ -69,32 +69,38 @@ class Server:
         self.context = json.loads(json.dumps(context.current()))  # as the client's arrives
         self.added_env: dict[str, str] = {}
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.stopping = False
+        self.stopping = self.signalled = False
 
     def run(self) -> int:
         t0 = time.perf_counter()
-        os.environ.update({k: v for k, v in ONE_THREAD.items() if k not in os.environ})
+        users = {k: os.environ[k] for k in ONE_THREAD if k in os.environ}
+        os.environ.update(ONE_THREAD)  # even over the user's: a second thread would stop every fork
         self.added_env = preload()
         for k in ONE_THREAD:
-            os.environ.pop(k) if k not in self.context["env"] else None
+            os.environ.pop(k)
+        os.environ.update(users)  # children get the stage's own values back (child._blas_threads)
         self.context["env"].update(context.import_time_env(self.added_env))
         import torch
 
         if torch.cuda.is_initialized():  # a fork would inherit a CUDA context it cannot use
-            print("warm server: an import initialised CUDA; not serving", flush=True)
+            _log("warm server: an import initialised CUDA; not serving")
             return 1
         self.listener.bind(str(self.path))
         self.listener.listen(64)
-        print(
-            f"warm server {os.getpid()}: ready after {time.perf_counter() - t0:.1f} s of imports", flush=True
-        )
+        _log(f"warm server {os.getpid()}: ready after {time.perf_counter() - t0:.1f} s of imports")
         self.sel.register(self.listener, selectors.EVENT_READ, "listener")
         self.sel.register(sys.stdin, selectors.EVENT_READ, "command")
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        signal.signal(signal.SIGTERM, self._on_sigterm)
         while not self.stopping:
             self._serve_once(timeout=0.2)
         self._stop_children()
         return 0
+
+    def _on_sigterm(self, signum, frame) -> None:
+        # A SIGTERM to the server is one to the whole job (systemctl stop, scancel, a process
+        # group): each stage gets it from its client (or directly) already, so it is not sent
+        # a third time; the server stops serving and waits for them.
+        self.stopping, self.signalled = True, True
 
     def _serve_once(self, timeout: float) -> None:
         for key, _ in self.sel.select(timeout):
@@ -109,9 +115,10 @@ class Server:
         self._reap()
 
     def _stop_children(self, grace_s: float = 120.0) -> None:
-        """Stop every stage as a SIGTERM to it would (it saves, its client hears how), then go."""
+        """The command ended: stop every stage as a SIGTERM to it would (it saves, its client hears
+        how), then go. After a SIGTERM of its own, the stages have theirs: only wait for them."""
         self.listener.close()
-        for pid in self.children:
+        for pid in [] if self.signalled else self.children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -121,31 +128,47 @@ class Server:
             child.kill_group(pid, signal.SIGKILL)
 
     def _accept(self) -> None:
-        conn, _ = self.listener.accept()
+        """Serve one request; whatever goes wrong with it (a malformed request, fork failing on a
+        process limit) refuses that request only, never the stages that run."""
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        try:
+            self._serve(conn)
+        except Exception as err:  # noqa: BLE001 - this request is refused; the client runs plain
+            _log(f"warm server: request failed ({err!r})")
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"refused": f"the warm server failed ({err})"}).encode() + b"\n")
+            conn.close()
+
+    def _serve(self, conn: socket.socket) -> None:
         fds: list[int] = []
         try:
             request, fds = child.receive(conn)
             refused = self._refusal(request)
         except (OSError, ValueError, KeyError, TypeError) as err:
-            print(f"warm server: bad request ({err!r})", flush=True)
+            _log(f"warm server: bad request ({err!r})")
             refused = f"bad request ({err})"
         command = " ".join(["ampbench", *request.get("argv", [])]) if "request" in locals() else "?"
         if refused:
-            print(f"warm server: refused `{command}`: {refused}", flush=True)
+            _log(f"warm server: refused `{command}`: {refused}")
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
             for fd in fds:
                 os.close(fd)
             conn.close()
             return
-        pid = child.fork(conn, request, fds, self)
-        for fd in fds:  # only the child may hold them: a pipe must close when the child exits
-            os.close(fd)
+        try:
+            pid = child.fork(conn, request, fds, self)
+        finally:
+            for fd in fds:  # only the child may hold them: a pipe must close when the child exits
+                os.close(fd)
         self.children[pid] = {"conn": conn, "buf": b"", "watched": True}
         self._send(pid, {"pid": pid})  # first: once the client knows, it never runs the stage itself
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, pid)
-        print(f"warm server: pid {pid} runs `{command}` in {request['cwd']}", flush=True)
+        _log(f"warm server: pid {pid} runs `{command}` in {request['cwd']}")
 
     def _refusal(self, request: dict) -> str:
         if self.stopping:
@@ -173,7 +196,7 @@ class Server:
         entry["buf"] += data
         while b"\n" in entry["buf"]:
             line, entry["buf"] = entry["buf"].split(b"\n", 1)
-            with contextlib.suppress(ValueError, KeyError, TypeError, ProcessLookupError, PermissionError):
+            with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
                 sig = int(json.loads(line)["signal"])
                 # stop and continue act on the whole stage (torchrun's workers included)
                 os.killpg(pid, sig) if sig in (signal.SIGSTOP, signal.SIGCONT) else os.kill(pid, sig)
@@ -204,6 +227,12 @@ class Server:
             pass  # the client is gone; _from_client handles that
         finally:
             conn.setblocking(False)
+
+
+def _log(line: str) -> None:
+    """A line in the server's log; a full or broken log never stops the server (or its stages)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, flush=True)
 
 
 def main() -> int:
