@@ -83,4 +83,5 @@ def add_explain(e: argparse.ArgumentParser) -> None:
         "--max-images", type=int, default=-1, help="use the first N train images (default: all GPU, 320 CPU)"
     )
     e.add_argument("--no-crossover", action="store_true", help="skip the batch crossover")
+    e.add_argument("--rungs", default="", help=argparse.SUPPRESS)  # a part, measured in its own process
     e.add_argument("--out", default="reports/explain", help="output prefix for .json, .md, .png")

@@ -57,3 +57,22 @@ def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
     assert res["run_id"] == run.info.run_id and run.info.status == "FINISHED"
     r1 = res["rungs"][1]["cells"][1]
     assert run.data.metrics["explain/R1/autocast/speedup_vs_fp32"] == pytest.approx(r1["speedup_vs_fp32"])
+
+
+@pytest.mark.slow  # a CPU rung in a subprocess
+def test_rungs_measured_apart_in_a_fresh_process(tmp_path: Path, monkeypatch):
+    """On a GPU the rungs without cuDNN autotuning run in a process of their own (cuDNN would
+    reuse their plans once autotuning is on); the part's rungs come back whole."""
+    import argparse
+
+    from ampbench.stages import explain
+
+    project = new_project(tmp_path / "proj", per_class=16)
+    monkeypatch.chdir(project)
+    args = argparse.Namespace(params="params.yaml", overrides=[])
+    opts = {"steps": 2, "windows": 2, "profile_steps": 1, "max_images": 64}
+    rungs = explain._measured_apart(args, opts, ["R0", "R1"], project / "reports" / "explain")
+    assert [r["rung"] for r in rungs] == ["R0", "R1"]
+    assert [c["precision"] for c in rungs[0]["cells"]] == ["fp32", "autocast", "autocast_gradscaler"]
+    assert not list((project / "reports").glob("explain*"))  # the part's file is gone, nothing else written
+    assert runs(project, experiment="cifar10-amp-explain") == []  # only the whole explain records a run

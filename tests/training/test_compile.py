@@ -34,6 +34,7 @@ def _close(a: dict, b: dict) -> None:
 
 
 @pytest.mark.slow  # inductor compiles forward and backward: ~50 s on 2 cores with a cold cache
+@pytest.mark.serial  # alone: compiling beside other tests' work is several times slower
 def test_compiled_training_equals_eager_compiles_once_and_resumes(tmp_path):
     torch.set_num_threads(1)  # the same reductions in both runs
     eager = loop.train_seed(_job(tmp_path / "eager"))

@@ -50,6 +50,7 @@ def draw(res: dict, path: Path) -> None:
                 color=COLORS.get(name),
             )
         axes[2].set_xscale("log", base=2)
+        axes[2].set_xticks(batches, [str(b) for b in batches])
         axes[2].axhline(1.0, color="black", lw=0.8)
         axes[2].set_title("speed-up over fp32 by batch (bare step)")
         axes[2].legend(fontsize=8)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from ampbench.config import Config
@@ -33,7 +36,6 @@ def _options(args, cuda: bool) -> dict:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.data import prepared
-    from ampbench.stages import bench_measure
     from ampbench.stages import explain_measure as em
 
     dataset = prepared.load_dataset(DATA_FILE)
@@ -43,28 +45,24 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if opts["max_images"]:
         n = opts["max_images"]
         dataset.update(train_images=dataset["train_images"][:n], train_labels=dataset["train_labels"][:n])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    todo = em.rung_configs(cfg, device)
+    if args.rungs:  # a part of another explain (below): these rungs only, into its JSON
+        todo = [r for r in todo if r[0] in args.rungs.split(",")]
+    apart = []
+    if cuda and not args.rungs:
+        # cuDNN keeps the plan it chose for a shape without autotuning and reuses it once
+        # autotuning is on (measured: R3 at R2's fp32 speed), so the rungs without autotuning run
+        # in a process of their own.
+        off = [name for name, _, c in todo if not c.train.cudnn_benchmark]
+        apart = _measured_apart(args, opts, off, out)
+        todo = [r for r in todo if r[0] not in off]
     energy = em.Energy(device)
-    flops = bench_measure.train_flops_per_image(cfg, len(dataset["classes"]))
-    rungs = []
-    for name, what, rung_cfg in em.rung_configs(cfg, device):
-        cells = [
-            em.measure_cell(rung_cfg, p, dataset, strategy, energy, flops, opts)
-            for p in em.precisions(device)
-        ]
-        fp32 = cells[0]["images_per_second"]
-        for c in cells:
-            c["speedup_vs_fp32"] = c["images_per_second"] / fp32
-        rungs.append({"rung": name, "change": what, "batch": rung_cfg.train.batch_size, "cells": cells})
-        log.info(
-            "%s (%s): %s",
-            name,
-            what,
-            ", ".join(
-                f"{c['precision']} {c['images_per_second']:,.0f} img/s {c['speedup_vs_fp32']:.2f}x "
-                f"busy {c['device_busy']:.0%} syncs {c['host_syncs_per_step']:.1f}"
-                for c in cells
-            ),
-        )
+    rungs = apart + [_rung(em, name, what, c, dataset, strategy, energy, opts) for name, what, c in todo]
+    if args.rungs:
+        out.with_suffix(".json").write_text(json.dumps({"rungs": rungs}) + "\n")
+        return 0
     res = {
         "hardware": strategy.facts()["device_name"],
         "device_type": device.type,
@@ -77,13 +75,48 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if not args.no_crossover:
         batches = [32, 64, 128, 256, 512, 1024, 2048, 4096] if cuda else [8, 16, 32]
         res["crossover"] = em.crossover(cfg, dataset, strategy, batches, opts)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     res["run_id"] = None
     write(res, out)
     res["run_id"] = track(cfg, res, out)
     print(to_markdown(res))
     return 0 if res["run_id"] else 1
+
+
+def _rung(em, name: str, what: str, cfg, dataset, strategy, energy, opts: dict) -> dict:
+    """One rung, every precision; speed-ups as ratios of this rung's medians."""
+    from ampbench.stages import bench_measure
+
+    flops = bench_measure.train_flops_per_image(cfg, len(dataset["classes"]))
+    cells = [
+        em.measure_cell(cfg, p, dataset, strategy, energy, flops, opts)
+        for p in em.precisions(strategy.device)
+    ]
+    for c in cells:
+        c["speedup_vs_fp32"] = c["images_per_second"] / cells[0]["images_per_second"]
+    summary = ", ".join(
+        f"{c['precision']} {c['images_per_second']:,.0f} img/s {c['speedup_vs_fp32']:.2f}x "
+        f"busy {c['device_busy']:.0%} syncs {c['host_syncs_per_step']:.1f}"
+        for c in cells
+    )
+    log.info("%s (%s): %s", name, what, summary)
+    return {"rung": name, "change": what, "batch": cfg.train.batch_size, "cells": cells}
+
+
+def _measured_apart(args, opts: dict, names: list[str], out: Path) -> list[dict]:
+    """`names` measured by `ampbench explain --rungs ...` in a fresh process."""
+    if not names:
+        return []
+    part = out.with_name(out.name + "-part")
+    command = [sys.executable, "-m", "ampbench", "explain", "--params", args.params]
+    command += [x for o in args.overrides for x in ("--set", o)]
+    for flag, key in (("--steps", "steps"), ("--windows", "windows"), ("--profile-steps", "profile_steps")):
+        command += [flag, str(opts[key])]
+    command += ["--max-images", str(opts["max_images"]), "--rungs", ",".join(names), "--out", str(part)]
+    if subprocess.run(command).returncode != 0:
+        raise RuntimeError(f"measuring {', '.join(names)} apart failed: {shlex.join(command)}")
+    rungs = json.loads(part.with_suffix(".json").read_text())["rungs"]
+    part.with_suffix(".json").unlink()
+    return rungs
 
 
 def to_markdown(res: dict) -> str:

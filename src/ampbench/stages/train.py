@@ -41,14 +41,10 @@ class ResumeError(RuntimeError):
     """A checkpoint exists for a different configuration."""
 
 
-REPEAT_S = 1.0  # a signal repeated within this many seconds is the same stop
-
-
 class StopFlag:
     """SIGTERM / Ctrl-C only set a flag; the loop stops at the next step boundary.
 
-    A second signal of the same kind, a second or more later, falls back to the default behaviour
-    (stop now).
+    A second signal of the same kind a second or more later: the default behaviour (stop now).
     With ``watch_parent`` (DDP workers) the death of the parent process sets the flag too:
     torchrun starts workers in sessions of their own, so a kill -9 of the launcher's process
     group would otherwise leave them training on as orphans.
@@ -71,7 +67,7 @@ class StopFlag:
         if self.signum == signum:
             # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
             # warm stage directly and through its client), not a second request.
-            if time.monotonic() - self.since < REPEAT_S:
+            if time.monotonic() - self.since < 1.0:
                 return
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
