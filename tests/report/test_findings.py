@@ -68,12 +68,13 @@ TUTORIAL = _study(
     },
     SAME_ACC,
 )
+PROJECT_IPS = {
+    "fp32": [52e3, 52.5e3, 51.8e3],
+    "autocast": [137e3, 136e3, 138e3],
+    "autocast_gradscaler": [121e3, 122e3, 120e3],
+}
 PROJECT = _study(
-    {
-        "fp32": [52e3, 52.5e3, 51.8e3],
-        "autocast": [137e3, 136e3, 138e3],
-        "autocast_gradscaler": [121e3, 122e3, 120e3],
-    },
+    PROJECT_IPS,
     SAME_ACC,
     batch=512,
     loader="device",
@@ -126,7 +127,8 @@ def test_report_has_each_claim_and_a_verdict_of_the_fixed_form():
         assert f"## Claim {n}: " in text
     assert found[1][0] == "holds only under the tutorial's conditions"  # 1.05x vs 2.6x
     assert found[2][0] == "holds only under the tutorial's conditions"  # 0.91x fp32 there, 2.3x here
-    assert found[3][0] == "does not hold"  # identical accuracies: no test is significant
+    # the same accuracies, but 3 seeds 0.5 points apart cannot show equivalence within 0.5 points
+    assert found[3][0] == "not shown either way" and "more seeds would decide" in found[3][1]
     assert found[4][0] == "not tested here"  # no dp run with autocast outside forward on 2+ GPUs
     assert "22,000 images/s" in text and "42.0 µs per step" in text  # bench: DataLoader, non_finite
     cited = set(RUN_ID.findall(text))
@@ -226,3 +228,33 @@ def _env(extra: dict) -> dict:
     from conftest import clean_env
 
     return clean_env(**extra)
+
+
+def test_claim3_says_equivalent_only_when_every_tost_shows_it():
+    tight = {p: [0.8500, 0.8505, 0.8495] for p in PRECISIONS}  # 0.05-point spread
+    studies = {
+        "project's study": _study(PROJECT_IPS, tight),
+        "tutorial's conditions": _study(PROJECT_IPS, tight),
+    }
+    text = claims.claim3(studies, margin_pts=0.5)
+    assert "**Verdict (claim 3): does not hold** — every AMP variant's accuracy is equivalent" in text
+    assert "| -0.09 to +0.09 |" in text  # the 90% CI of a zero difference, in points
+    wide = claims.claim3(studies, margin_pts=0.05)  # a margin inside the seeds' own spread
+    assert "**Verdict (claim 3): not shown either way**" in wide
+
+
+def test_tost_against_scipys_one_sided_welch_tests():
+    from scipy import stats
+
+    from ampbench.report.equivalence import tost
+
+    a, b, m = [0.850, 0.852, 0.848, 0.851], [0.849, 0.851, 0.850], 0.005
+    t = tost(a, b, m)
+    low = stats.ttest_ind([x + m for x in a], b, equal_var=False, alternative="greater").pvalue
+    high = stats.ttest_ind([x - m for x in a], b, equal_var=False, alternative="less").pvalue
+    assert t.p == pytest.approx(max(low, high), rel=1e-9) and t.equivalent
+    assert t.low < t.delta < t.high and -m < t.low and t.high < m  # equivalent: the CI is inside
+    far = tost([x + 0.01 for x in a], b, m)  # a whole point above: outside the margin
+    assert not far.equivalent and far.low > m - 0.01
+    assert tost([0.85], b, m) is None  # one seed: no test
+    assert tost([0.85, 0.85], [0.85, 0.85], m).equivalent  # identical, no spread: exactly 0

@@ -80,6 +80,7 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("data.train_per_class", d.train_per_class >= 0, "must be >= 0 (0 = all)"),
         ("data.test_per_class", d.test_per_class >= 0, "must be >= 0 (0 = all)"),
         ("data.retries", d.retries >= 1, "must be >= 1"),
+        ("report.equivalence_margin_pts", 0 < cfg.report.equivalence_margin_pts < 100, "must be in (0, 100)"),
         ("data.timeout_s", d.timeout_s > 0, "must be > 0"),
         ("model.fc_dim", m.fc_dim >= 1, "must be >= 1"),
         ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),

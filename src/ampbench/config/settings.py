@@ -36,6 +36,7 @@ __all__ = [
     "ConfigError",
     "DataConfig",
     "ModelConfig",
+    "ReportConfig",
     "TrackingConfig",
     "TrainConfig",
     "replace",
@@ -158,11 +159,20 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class ReportConfig:
+    equivalence_margin_pts: float = 0.5
+    """The accuracy difference (percentage points) small enough not to matter: `ampbench findings`
+    calls a precision equivalent to fp32 when a two one-sided test (TOST, Welch, alpha 0.05)
+    places the difference's 90% confidence interval inside plus or minus this margin."""
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def flat(self) -> dict[str, object]:
         """The whole config as {dotted.key: value}, for logging as MLflow params."""

@@ -11,9 +11,16 @@ from __future__ import annotations
 import math
 
 from ampbench.report.compare import ALPHA, _ms, _welch_p
+from ampbench.report.equivalence import tost
 
 TUTORIAL, PROJECT = "tutorial's conditions", "project's defaults"
-VERDICTS = ("holds", "does not hold", "holds only under the tutorial's conditions", "not tested here")
+VERDICTS = (
+    "holds",
+    "does not hold",
+    "holds only under the tutorial's conditions",
+    "not shown either way",
+    "not tested here",
+)
 CLAIMS = {
     1: "autocast barely speeds training up",
     2: "GradScaler slows training down, below no AMP at all",
@@ -89,7 +96,7 @@ def _accuracy_rows(studies: dict) -> list[tuple[str, str, float, float, dict, di
     return out
 
 
-def claim3(studies: dict) -> str:
+def claim3(studies: dict, margin_pts: float = 0.5) -> str:
     rows = _accuracy_rows(studies)
     lines = [
         f"## Claim 3: {CLAIMS[3]}",
@@ -97,38 +104,62 @@ def claim3(studies: dict) -> str:
         "The tutorial (one run each): single 0.8191 -> 0.8403 with autocast, DP 0.8216 -> 0.8188, DDP "
         '0.8224 -> 0.8162; with GradScaler "raised again" to 0.8409 / 0.8252.',
         "",
-        "| study | variant | test accuracy | fp32 of its mode | Δ | p (Welch) | setting | MLflow runs |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| study | variant | test accuracy | fp32 of its mode | Δ | p (Welch) | Δ's 90% CI (points) "
+        f"| TOST p (±{margin_pts:g} points) | setting | MLflow runs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    equivalence = {}
     for label, variant, delta, p, rec, base in rows:
         acc, base_acc = mean_std(rec, "test_accuracy", 4), mean_std(base, "test_accuracy", 4)
+        t = tost(seed_values(rec, "test_accuracy"), seed_values(base, "test_accuracy"), margin_pts / 100)
+        equivalence[(label, variant)] = t
+        ci = "n/a" if t is None else f"{t.low * 100:+.2f} to {t.high * 100:+.2f}"
         lines.append(
-            f"| {label} | {variant} | {acc} | {base_acc} | {delta:+.4f} | {fmt_p(p)} | {setting(rec)} "
-            f"| {cite(rec)}; fp32: {cite(base)} |"
+            f"| {label} | {variant} | {acc} | {base_acc} | {delta:+.4f} | {fmt_p(p)} | {ci} "
+            f"| {'n/a' if t is None else fmt_p(t.p)} | {setting(rec)} | {cite(rec)}; fp32: {cite(base)} |"
         )
     stds = [_ms(seed_values(runs[f"single-{FP32}"], "test_accuracy"))[1] for runs in studies.values()]
     lines += [
         "",
         f"Seed-to-seed std of single-fp32: {', '.join(f'{s:.4f}' for s in stds)} ({', '.join(studies)}); "
-        "the tutorial's differences (+0.0212, -0.0028, -0.0062) come from one run per setting.",
+        "the tutorial's differences (+0.0212, -0.0028, -0.0062) come from one run per setting. "
+        f"Equivalence: two one-sided Welch tests (TOST) against ±{margin_pts:g} accuracy points "
+        "(`report.equivalence_margin_pts`); equivalent when the 90% CI lies inside the margin.",
         "",
     ]
+    return "\n".join([*lines, _claim3_verdict(rows, equivalence, margin_pts)])
+
+
+def _claim3_verdict(rows: list, equivalence: dict, margin_pts: float) -> str:
     tested = [r for r in rows if not math.isnan(r[3])]
     real = sorted({r[0] for r in tested if r[3] < ALPHA})
     names = ", ".join(f"{r[1]} ({r[0]}, p {fmt_p(r[3])})" for r in tested if r[3] < ALPHA)
     if not tested:
-        v = verdict(3, "not tested here", "fewer than 2 seeds per variant: no significance test possible")
-    elif real == [TUTORIAL]:
-        v = verdict(3, "holds only under the tutorial's conditions", f"significant: {names}")
-    elif real:
-        v = verdict(3, "holds", f"significant differences from fp32: {names}")
-    else:
-        v = verdict(
+        return verdict(3, "not tested here", "fewer than 2 seeds per variant: no significance test possible")
+    if real == [TUTORIAL]:
+        return verdict(3, "holds only under the tutorial's conditions", f"significant: {names}")
+    if real:
+        return verdict(3, "holds", f"significant differences from fp32: {names}")
+    open_ = [(k, t) for k, t in equivalence.items() if t is None or not t.equivalent]
+    if not open_:
+        return verdict(
             3,
             "does not hold",
-            f"no difference from fp32 exceeds seed noise ({len(tested)} Welch tests, all p >= {ALPHA})",
+            f"every AMP variant's accuracy is equivalent to fp32's within ±{margin_pts:g} points "
+            f"({len(equivalence)} TOSTs, all p < {ALPHA}); no difference exceeds seed noise",
         )
-    return "\n".join([*lines, v])
+    which = ", ".join(
+        f"{variant} ({label}"
+        + ("" if t is None else f", 90% CI {t.low * 100:+.2f} to {t.high * 100:+.2f}")
+        + ")"
+        for (label, variant), t in open_
+    )
+    return verdict(
+        3,
+        "not shown either way",
+        f"no difference from fp32 exceeds seed noise ({len(tested)} Welch tests, all p >= {ALPHA}), but "
+        f"equivalence within ±{margin_pts:g} points is not shown for {which}: more seeds would decide",
+    )
 
 
 def claim4(studies: dict) -> str:

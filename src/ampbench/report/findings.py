@@ -66,13 +66,15 @@ def load_bench(path: Path | None) -> dict | None:
     return res
 
 
-def build(project: dict, tutorial: dict, bench: dict | None, sources: dict[str, str]) -> str:
+def build(
+    project: dict, tutorial: dict, bench: dict | None, sources: dict[str, str], margin_pts: float = 0.5
+) -> str:
     """The whole FINDINGS.md text."""
     studies = {"tutorial's conditions": tutorial, "project's defaults": project}
     sections = [
         speed_claims.claim1(studies, bench),
         speed_claims.claim2(studies, bench),
-        claims.claim3(studies),
+        claims.claim3(studies, margin_pts),
         claims.claim4(studies),
     ]
     head = [
@@ -125,7 +127,9 @@ def update_readme(readme: Path, report: Path, lines: list[str]) -> bool:
     return True
 
 
-def main(study: Path, tutorial: Path, bench: Path | None, out: Path, readme: Path | None) -> str:
+def main(
+    study: Path, tutorial: Path, bench: Path | None, out: Path, readme: Path | None, margin_pts: float = 0.5
+) -> str:
     project_runs = load_study(study, "the project's study", "`make run` (or `dvc repro`)")
     tutorial_runs = load_study(
         tutorial,
@@ -135,7 +139,7 @@ def main(study: Path, tutorial: Path, bench: Path | None, out: Path, readme: Pat
     sources = {"project's study": str(study), "tutorial's conditions": str(tutorial)}
     if bench:
         sources["bench"] = str(bench)
-    text = build(project_runs, tutorial_runs, load_bench(bench), sources)
+    text = build(project_runs, tutorial_runs, load_bench(bench), sources, margin_pts)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     if readme is not None:

@@ -22,6 +22,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         Path(args.bench) if args.bench else None,
         Path(args.out),
         Path(args.readme) if args.readme else None,
+        cfg.report.equivalence_margin_pts,
     )
     print(f"wrote {args.out}")
     return 0
