@@ -88,6 +88,17 @@ def command():
     held.end()
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pids: list[int], ok, message: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(ok(_state(pid)) for pid in pids):
+        assert time.monotonic() < deadline, message
+        time.sleep(0.05)
+
+
 def _ignored(pid: int) -> int:
     return int(Path(f"/proc/{pid}/status").read_text().split("SigIgn:\t")[1].split()[0], 16)
 
@@ -182,13 +193,10 @@ def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_pa
         )
         assert _ignored(stage) >> (signal.SIGHUP - 1) & 1
         os.kill(proc.pid, signal.SIGTSTP)
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{stage}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-            assert time.monotonic() < deadline, "Ctrl-Z did not stop the stage"
-            time.sleep(0.05)
+        # as a shell does: fg only once the whole job (client and stage) is stopped
+        _wait_state([stage, proc.pid], lambda state: state == "T", "Ctrl-Z did not stop the stage and client")
         os.kill(proc.pid, signal.SIGCONT)
-        time.sleep(0.5)
-        assert Path(f"/proc/{stage}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+        _wait_state([stage], lambda state: state != "T", "fg did not continue the stage")
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(120) == 143, (project / "train.log").read_text()[-3000:]
     finally:
