@@ -14,11 +14,15 @@ import threading
 
 
 def finish(code) -> int:
-    """What an interpreter's exit does that matters: non-daemon threads joined, atexit handlers
-    run, stdout and stderr flushed (writers close their files with ``with``); the exit status."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    """What an interpreter's exit does that matters, in its order: threading's exit hooks run and
+    non-daemon threads joined, atexit handlers run, stdout and stderr flushed (writers close their
+    files with ``with``); the exit status.
+
+    ``threading._shutdown`` is what the interpreter itself calls first. Joining the threads by hand
+    is not the same: an executor's idle worker (inductor's compile pool) waits for work until the
+    executor's exit hook tells it to stop, so a bare join waited forever (CI, a cold compile cache).
+    """
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing can reach it anyway
