@@ -54,6 +54,8 @@ class _SavedFile:
     def _problem(cls, raw: object) -> str | None:
         if not isinstance(raw, dict):
             return f"holds a {type(raw).__name__}, not an ampbench {cls.KIND} file"
+        if "kind" in raw and raw["kind"] != cls.KIND:  # first: the wrong file says more than its age
+            return f"is a {raw.get('kind')!r} file, not a {cls.KIND} file"
         version = raw.get("format", 1)
         if version != cls.FORMAT:
             age = "another"
@@ -83,7 +85,7 @@ class SeedCheckpoint(_SavedFile):
     """``checkpoint.pt``: a seed part-way through training, enough to continue it exactly."""
 
     KIND: ClassVar[str] = "checkpoint"
-    FORMAT: ClassVar[int] = 2
+    FORMAT: ClassVar[int] = 3  # 3: joules
 
     epoch: int
     """Epochs completed: training continues in this epoch (0-based)."""
@@ -93,6 +95,8 @@ class SeedCheckpoint(_SavedFile):
     """The partial epoch's statistics (step.Stats.snapshot) when saved mid-epoch, else None."""
     elapsed: float
     """Training seconds of the partial epoch so far: its epoch_seconds goes on from there."""
+    joules: float | None
+    """Rank 0's energy (J, NVML) in the partial epoch so far; None where not measured."""
     history: list[dict]
     """One record per completed epoch (loop.epoch_metrics, plus test_accuracy)."""
     model: dict

@@ -5,7 +5,7 @@
 Reads ``reports/metrics/<variant>.json`` (written by evaluate) and writes
 ``reports/comparison.{md,csv,png}`` and ``reports/summary.json`` (the DVC metrics of the whole
 study, one short entry per variant, so `dvc exp show` fits a terminal): test accuracy, train
-seconds, images/s and peak memory, the
+seconds, images/s, peak memory and energy (NVML, where the GPU has a counter), the
 speed-up against ``single-fp32``, whether each accuracy difference against ``single-fp32`` is
 statistically meaningful (Welch's two-sample t-test over seeds, p < 0.05), devices really used,
 and diverged runs. The same table and chart are logged to MLflow in a run named ``compare``;
@@ -45,9 +45,23 @@ COLUMNS = (
     "speedup",
     "peak_memory_mb_mean",
     "peak_memory_mb_std",
+    "train_joules_mean",
+    "train_joules_std",
+    "images_per_joule_mean",
+    "images_per_joule_std",
     "devices_used",
     "device_name",
     "amp_dtype",
+)
+
+# Per-seed measurements summarised as mean and std (train_joules, images_per_joule: NVML, may be absent).
+MEASURED = (
+    "test_accuracy",
+    "train_seconds",
+    "images_per_second",
+    "peak_memory_mb",
+    "train_joules",
+    "images_per_joule",
 )
 
 
@@ -66,8 +80,9 @@ def summarize(records: dict[str, dict]) -> list[dict]:
     for variant, rec in records.items():
         seeds = rec["seeds"]
         row = {"variant": variant, "seeds": len(seeds), "diverged": sum(bool(s["diverged"]) for s in seeds)}
-        for key in ("test_accuracy", "train_seconds", "images_per_second", "peak_memory_mb"):
-            row[f"{key}_mean"], row[f"{key}_std"] = _ms([float(s[key]) for s in seeds])
+        for key in MEASURED:
+            values = [s.get(key) for s in seeds]  # energy: None on a seed without NVML's counter
+            row[f"{key}_mean"], row[f"{key}_std"] = _ms([] if None in values else [float(v) for v in values])
         acc = [s["test_accuracy"] for s in seeds]
         row["accuracy_delta"] = (
             row["test_accuracy_mean"] - statistics.fmean(base_acc) if base_acc else math.nan
@@ -99,7 +114,7 @@ def _fmt(mean: float, std: float, digits: int) -> str:
 def to_markdown(rows: list[dict], notice: str = "") -> str:
     head = (
         "| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
-        "| train s | images/s | speed-up | peak MB | devices | amp dtype |"
+        "| train s | images/s | speed-up | peak MB | energy kJ | images/J | devices | amp dtype |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -111,6 +126,8 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
             f"| {r['significant']} | {_fmt(r['train_seconds_mean'], r['train_seconds_std'], 1)} "
             f"| {_fmt(r['images_per_second_mean'], r['images_per_second_std'], 0)} "
             f"| {r['speedup']:.2f}x | {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
+            f"| {_fmt(r['train_joules_mean'] / 1e3, r['train_joules_std'] / 1e3, 2)} "
+            f"| {_fmt(r['images_per_joule_mean'], r['images_per_joule_std'], 0)} "
             f"| {r['devices_used']} | {r['amp_dtype']} |"
         )
     device = rows[0]["device_name"] if rows else "?"
@@ -119,7 +136,9 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
         f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
         f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
         "Diverged runs are counted in their variant and included in its means. Peak MB: device "
-        "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU.\n"
+        "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. Energy: "
+        "NVML's energy counter over each seed's training (all epochs, all GPUs it used, idle power "
+        "included), n/a without one (a CPU, an older GPU).\n"
     )
     title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
     return title + "\n".join(lines) + "\n" + note

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import statistics
 from pathlib import Path
 
 import torch
@@ -40,6 +39,8 @@ TRAIN_KEYS = (
     "first_epoch_seconds",
     "images_per_second",
     "peak_memory_mb",
+    "train_joules",
+    "images_per_joule",
     "diverged",
     "devices_used",
     "world_size",
@@ -178,7 +179,7 @@ def evaluate_variant(
         curves += [{"seed": seed, **h} for h in saved["history"]]
         pairs = zip(labels.tolist(), preds.tolist())  # DVC confusion template: a row per sample, first seed
         confusion_rows = confusion_rows or [{"actual": classes[a], "predicted": classes[p]} for a, p in pairs]
-    summary = {"variant": variant, **_mean_std(per_seed), "seeds": per_seed}
+    summary = {"variant": variant, **evaluate_runs.aggregates(per_seed), "seeds": per_seed}
     _write(reports_dir, variant, summary, curves, confusion_rows)
     clock.mark("reports")
     _log_variant(tracker, variant, variant_runs - {None}, summary, curves, clock)
@@ -273,16 +274,6 @@ def _setting(config: dict, dotted: str):
     """One setting of a model file's saved config; None where an older file lacks it."""
     section, name = dotted.split(".")
     return config.get(section, {}).get(name)
-
-
-def _mean_std(per_seed: list[dict]) -> dict:
-    out = {}
-    for key in ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb"):
-        values = [float(r[key]) for r in per_seed if r.get(key) is not None]
-        out[key] = statistics.fmean(values) if values else None
-        out[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
-    out["diverged_runs"] = sum(bool(r.get("diverged")) for r in per_seed)
-    return out
 
 
 def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], confusion: list[dict]):

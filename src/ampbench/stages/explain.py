@@ -58,7 +58,9 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         off = [name for name, _, c in todo if not c.train.cudnn_benchmark]
         apart = _measured_apart(args, opts, off, out)
         todo = [r for r in todo if r[0] not in off]
-    energy = em.Energy(device)
+    from ampbench.training.energy import Energy
+
+    energy = Energy(device)
     rungs = apart + [_rung(em, name, what, c, dataset, strategy, energy, opts) for name, what, c in todo]
     if args.rungs:
         out.with_suffix(".json").write_text(json.dumps({"rungs": rungs}) + "\n")
@@ -69,7 +71,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         "note": "" if cuda else CPU_NOTE,
         "tf32": False,
         "options": opts,
-        "energy_counter": energy.handle is not None,
+        "energy_counter": energy.available,
         "rungs": rungs,
     }
     if not args.no_crossover:

@@ -80,29 +80,6 @@ def rung_configs(cfg, device: torch.device) -> list[tuple[str, str, object]]:
     return out
 
 
-class Energy:
-    """NVML's total-energy counter of the device (millijoules since the driver loaded), or None."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.handle = None
-        if device.type != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # raises where there is none
-            self.handle, self.nvml = handle, pynvml
-        except Exception:  # no pynvml, no NVML or no counter on this GPU: 'n/a'
-            self.handle = None
-
-    def joules(self) -> float | None:
-        if self.handle is None:
-            return None
-        return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1e3
-
-
 def _windows(step, batches, steps: int, windows: int, warmup: int, device) -> list[float]:
     """Seconds per step of each window; each window within one epoch, its first batch fetched
     before the clock starts (DataLoader workers start with each epoch)."""
@@ -144,7 +121,7 @@ def _profile(step, batches, steps: int, device) -> tuple[float, float]:
     return min(1.0, busy_us / 1e6 / wall), syncs / len(todo)
 
 
-def measure_cell(cfg, name: str, dataset: dict, strategy, energy: Energy, flops: float, opts: dict) -> dict:
+def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, opts: dict) -> dict:
     """One rung x precision: its windows, profile, memory and energy."""
     device, t = strategy.device, cfg.train
     step, facts = bench_measure._trainer(cfg, f"single-{name}", dataset, strategy)

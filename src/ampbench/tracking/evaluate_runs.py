@@ -12,7 +12,29 @@ from pathlib import Path
 
 import torch
 
-AGGREGATE_KEYS = ("test_accuracy", "f1_macro", "train_seconds", "images_per_second", "peak_memory_mb")
+# Per-seed values a variant's run gets as mean and std (energy only where every seed measured it).
+AGGREGATE_KEYS = (
+    "test_accuracy",
+    "f1_macro",
+    "train_seconds",
+    "images_per_second",
+    "peak_memory_mb",
+    "train_joules",
+    "images_per_joule",
+)
+
+
+def aggregates(per_seed: list[dict]) -> dict:
+    """Mean and std over seeds of each AGGREGATE_KEYS value (None, std None, unless every seed has
+    it), and how many seeds diverged."""
+    out: dict = {}
+    for key in AGGREGATE_KEYS:
+        values = [float(r[key]) for r in per_seed if r.get(key) is not None]
+        complete = bool(values) and len(values) == len(per_seed)
+        out[key] = statistics.fmean(values) if complete else None
+        out[f"{key}_std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if complete else None
+    out["diverged_runs"] = sum(bool(r.get("diverged")) for r in per_seed)
+    return out
 
 
 CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second", "skipped_steps")

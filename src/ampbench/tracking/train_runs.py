@@ -178,7 +178,8 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | No
             )
         }
         summary["diverged"] = int(result["diverged"])
-        summary.update({k: result[k] for k in ("compile_seconds", "recompiles") if k in result})
+        optional = ("compile_seconds", "recompiles", "train_joules", "images_per_joule")
+        summary.update({k: result[k] for k in optional if k in result})  # where measured
         summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
-from ampbench.training import build, loader, measure
+from ampbench.training import build, energy, loader, measure
 from ampbench.training.model import AlexNet, DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionStrategy
@@ -94,6 +94,9 @@ class SeedTraining:
         compiled = self.trainer.compiler.enabled
         self.probe = None if compiled else DtypeProbe(cast(AlexNet, self.trainer.raw_model))
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
+        self.state["joules"] = 0.0
+        # the GPUs this process drives: all visible ones under DataParallel, its own under DDP
+        self.energy = energy.Energy(self.device, job.strategy.devices_used() // job.strategy.world_size)
         self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
             self.trainer.load(resume.trainer_state())
@@ -103,6 +106,7 @@ class SeedTraining:
                 history=resume.history,
                 stats=resume.stats,
                 elapsed=resume.elapsed,
+                joules=resume.joules,
             )
             log.info(  # 1-based epoch, as the stop message counts it
                 "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"]
@@ -124,11 +128,9 @@ class SeedTraining:
         torch.manual_seed((self.job.seed * 100_003 + epoch) * 4099 + self.strategy.rank)  # dropout
         resumed = bool(first and self.state["stats"] is not None)
         stats.reset(self.state["stats"] if resumed else None)
-        before = self.state["elapsed"] if resumed else 0.0  # a resumed epoch's first part
-        paused = 0.0  # seconds of this epoch's timed saves: not training time
         self.trainer.model.train()
-        measure.sync(self.device)
-        t0 = time.perf_counter()
+        # seconds and joules of training; a resumed epoch's first part counts, its saves do not
+        clock = measure.EpochClock(self.device, self.energy, *self._before(resumed))
         n = len(self.batches)
         bar = tqdm(
             self.batches.epoch(epoch, first),
@@ -146,20 +148,31 @@ class SeedTraining:
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
             if check and self.strategy.any(self.job.stop_requested()):
-                measure.sync(self.device)
-                self.save(epoch, i + 1, stats.snapshot(), before + time.perf_counter() - t0 - paused)
+                self.save(epoch, i + 1, stats.snapshot(), *clock.read())
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
             if i + 1 < n and self.save_due_mid_epoch():  # the epoch end decides for itself
-                measure.sync(self.device)
-                t1 = time.perf_counter()
-                self.save(epoch, i + 1, stats.snapshot(), before + t1 - t0 - paused)
-                paused += time.perf_counter() - t1
-        measure.sync(self.device)
-        seconds = before + time.perf_counter() - t0 - paused
+                with clock.pause() as so_far:
+                    self.save(epoch, i + 1, stats.snapshot(), *so_far)
+        seconds, joules = clock.read()
         self.totals = stats.totals(self.strategy)
         lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
         scale = float(self.trainer.precision.scale())
-        return epoch_metrics(self.totals, seconds, lr, scale)
+        return epoch_metrics(self.totals, seconds, lr, scale, self._all_joules(joules))
+
+    def _before(self, resumed: bool) -> tuple[float, float | None]:
+        """A resumed epoch's first part, from its checkpoint: (seconds, joules); else nothing.
+        The checkpoint holds rank 0's joules only: the other ranks' first part is unknown."""
+        if not resumed:
+            return 0.0, 0.0
+        return self.state["elapsed"], self.state["joules"] if self.strategy.is_main else None
+
+    def _all_joules(self, joules: float | None) -> float | None:
+        """The epoch's joules over every process's GPUs (a collective: every rank calls it)."""
+        if self.strategy.world_size == 1:
+            return joules
+        t = torch.tensor([math.nan if joules is None else joules], device=self.device)
+        total = float(self.strategy.all_sum(t).item())
+        return None if math.isnan(total) else total
 
     def evaluate(self, epoch: int) -> dict:
         t = self.cfg.train
@@ -198,11 +211,14 @@ class SeedTraining:
         every = self.cfg.train.checkpoint_every_s
         return bool(every) and self.strategy.is_main and time.perf_counter() - self.last_save >= every
 
-    def save(self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0) -> None:
+    def save(
+        self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0, joules: float | None = 0.0
+    ) -> None:
         """Checkpoint (rank 0), atomically, before training goes on; raises CheckpointError.
 
         (epoch, step_in_epoch): where a resume continues; `partial`: the partial epoch's
-        statistics (None at an epoch end); `elapsed`: its training seconds so far.
+        statistics (None at an epoch end); `elapsed`, `joules`: its training seconds and this
+        process's joules so far.
         """
         if not self.strategy.is_main:
             return
@@ -214,6 +230,7 @@ class SeedTraining:
             step=step_in_epoch,
             stats=partial,
             elapsed=elapsed,
+            joules=joules,
             history=self.state["history"],
             **self.trainer.state(),
             rng_cpu=torch.get_rng_state(),
@@ -235,6 +252,7 @@ class SeedTraining:
             first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
             images_per_second=sum(h["epoch_images_per_second"] for h in steady) / max(1, len(steady)),
             peak_memory_mb=measure.peak_memory_mb(self.device),
+            **energy.of_seed(hist),
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
             replica_dtypes=self._replica_dtypes(),
@@ -250,9 +268,12 @@ class SeedTraining:
         return self.probe.fact() or "not recorded (no training step ran)"
 
 
-def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float) -> dict:
-    """The epoch's record (flat keys; tracking maps them to MLflow's sectioned names)."""
+def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float, joules: float | None) -> dict:
+    """The epoch's record (flat keys; tracking maps them to MLflow's sectioned names); its energy
+    only where measured (`energy.Energy`)."""
+    measured = {} if joules is None else {"epoch_joules": joules}
     return {
+        **measured,
         "train_loss": totals.loss_sum / totals.finite if totals.finite else math.nan,  # finite-loss steps
         "train_accuracy": totals.correct / max(1, totals.count),
         "epoch_seconds": seconds,

@@ -1,8 +1,11 @@
-"""Measurements bench, evaluation and the loop share: predictions, accuracy, device sync, peak memory."""
+"""Measurements bench, evaluation and the loop share: predictions, accuracy, device sync, peak memory,
+and an epoch's clock (seconds and joules)."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
+import time
 
 import torch
 from torch import nn
@@ -42,3 +45,36 @@ def peak_memory_mb(device: torch.device) -> float:
     if device is not None and device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class EpochClock:
+    """An epoch's measured region: its training seconds and joules (`energy.Energy`), each
+    synchronised, with the time and energy of saves taken out and a resumed epoch's first part
+    (from its checkpoint) added. Joules are None where unmeasured, or unknown for a first part."""
+
+    def __init__(self, device: torch.device, energy, seconds: float = 0.0, joules: float | None = 0.0):
+        self.device, self.energy = device, energy
+        self.before = (seconds, joules)  # a resumed epoch's first part
+        self.paused = [0.0, 0.0]  # seconds and joules spent in saves
+        sync(device)
+        self.start = (time.perf_counter(), energy.joules())
+
+    def read(self) -> tuple[float, float | None]:
+        """(seconds, joules) of training so far, synchronised."""
+        sync(self.device)
+        seconds = self.before[0] + time.perf_counter() - self.start[0] - self.paused[0]
+        now, first, j0 = self.energy.joules(), self.before[1], self.start[1]
+        if now is None or first is None or j0 is None:
+            return seconds, None
+        return seconds, first + now - j0 - self.paused[1]
+
+    @contextlib.contextmanager
+    def pause(self):
+        """Around a save: yields the (seconds, joules) so far; what the save takes is not counted."""
+        so_far = self.read()
+        t0, j0 = time.perf_counter(), self.energy.joules()
+        yield so_far
+        self.paused[0] += time.perf_counter() - t0
+        j1 = self.energy.joules()
+        if j0 is not None and j1 is not None:
+            self.paused[1] += j1 - j0
