@@ -80,22 +80,29 @@ def rung_configs(cfg, device: torch.device) -> list[tuple[str, str, object]]:
     return out
 
 
-def _windows(step, batches, steps: int, windows: int, warmup: int, device) -> list[float]:
-    """Seconds per step of each window; each window within one epoch, its first batch fetched
-    before the clock starts (DataLoader workers start with each epoch)."""
+def _windows(
+    step, batches, steps: int, windows: int, warmup: int, device, energy
+) -> tuple[list, float | None]:
+    """Seconds per step of each window, and the joules of the windows alone (None unmeasured):
+    each window within one epoch, its first batch fetched before the clock starts (DataLoader
+    workers start with each epoch); the warm-up's energy not counted."""
     first = 0
     for _ in range(warmup):  # warm-up: cuDNN search, graph capture, compile
         for b in itertools.islice(batches.epoch(first), steps):
             step(*b)
         first += 1
-    out = []
+    out, joules = [], 0.0
     for w in range(windows):
         epoch = batches.epoch(first + w)
         todo = itertools.chain([next(epoch)], epoch)
         n = min(steps, len(batches))
+        measure.sync(device)  # the warm-up's or last window's work done: not this window's energy
+        j0 = energy.joules()
         out.append(bench_measure._seconds(lambda e=todo: step(*next(e)), n, device) / n)
+        j1 = energy.joules()
+        joules = None if joules is None or j0 is None or j1 is None else joules + j1 - j0
         epoch.close()
-    return out
+    return out, joules
 
 
 def _profile(step, batches, steps: int, device) -> tuple[float, float]:
@@ -128,9 +135,9 @@ def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, 
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, 0, t.workers)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    j0 = energy.joules()
-    per_step = _windows(step, batches, opts["steps"], opts["windows"], opts["warmup_epochs"], device)
-    j1 = energy.joules()
+    per_step, joules = _windows(
+        step, batches, opts["steps"], opts["windows"], opts["warmup_epochs"], device, energy
+    )
     busy, syncs = _profile(step, batches, opts["profile_steps"], device)
     ips = [t.batch_size / s for s in per_step]
     images = t.batch_size * min(opts["steps"], len(batches)) * opts["windows"]
@@ -145,7 +152,7 @@ def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, 
         "host_syncs_per_step": syncs,
         "peak_memory_mb": measure.peak_memory_mb(device),
         "tflops": statistics.median(ips) * flops / 1e12,
-        "joules_per_image": None if j0 is None or j1 is None else (j1 - j0) / images,
+        "joules_per_image": None if joules is None else joules / images,
     }
 
 
