@@ -79,7 +79,8 @@ explain: install
 
 # tutorial/ follows demo/'s pattern (a dvc.yaml copy, src -> ../src, its own params.yaml): the
 # study under the tutorial's conditions, to test its four claims. Then `make findings` writes
-# docs/FINDINGS.md from both studies' metrics (and reports/bench.json when it exists).
+# docs/FINDINGS.md and docs/FINDINGS.zh.md from both studies' metrics (and reports/bench.json and
+# reports/explain.json when they exist).
 tutorial: install
 	@cmp -s dvc.yaml tutorial/dvc.yaml || { echo "tutorial/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml tutorial/dvc.yaml; }
 ifdef DATA
@@ -104,7 +105,7 @@ plots: install $(PLOTS_PAGE)
 	cd $(or $(DIR),.) && dvc plots show
 
 findings: install
-	ampbench findings $(if $(wildcard reports/bench.json),--bench reports/bench.json)
+	ampbench findings $(if $(wildcard reports/bench.json),--bench reports/bench.json) $(if $(wildcard reports/explain.json),--explain reports/explain.json)
 
 # The commit checks on every tracked file (.pre-commit-config.yaml: ruff check, ruff format, large
 # files, merge conflicts, codespell; their environments come from PyPI, cached in ~/.cache/pre-commit

@@ -57,7 +57,14 @@ def add_findings(f: argparse.ArgumentParser) -> None:
         help="the tutorial-conditions reports folder (make tutorial; default: %(default)s)",
     )
     f.add_argument("--bench", default="", help="ampbench bench's JSON, e.g. reports/bench.json (optional)")
-    f.add_argument("--out", default="docs/FINDINGS.md", help="default: %(default)s")
+    f.add_argument(
+        "--explain", default="", help="ampbench explain's JSON, e.g. reports/explain.json (optional): the why"
+    )
+    f.add_argument(
+        "--out",
+        default="docs/FINDINGS.md",
+        help="the English edition; the Chinese one goes beside it (FINDINGS.zh.md); default: %(default)s",
+    )
     f.add_argument(
         "--readme",
         default="README.md",

@@ -208,8 +208,10 @@ def test_findings_from_tiny_runs_in_both_conditions(project: Path):
             run_cli(folder, "train", "--parallel", "single", "--precision", prec, env=_env(env_uri))
         run_cli(folder, "evaluate", "--variants", variants, env=_env(env_uri))  # one process, as DVC's
     proc = run_cli(project, "findings", "--readme", "", env=_env(env_uri))
-    assert "wrote docs/FINDINGS.md" in proc.stdout
+    assert "wrote docs/FINDINGS.md and docs/FINDINGS.zh.md" in proc.stdout
     text = (project / "docs" / "FINDINGS.md").read_text()
+    zh = (project / "docs" / "FINDINGS.zh.md").read_text()  # the Chinese edition, same runs
+    assert sorted(RUN_ID.findall(zh)) == sorted(RUN_ID.findall(text)) and "## 论断 4" in zh
     found = findings.verdicts(text)
     assert sorted(found) == [1, 2, 3, 4] and all(v in claims.VERDICTS for v, _ in found.values())
     cited = set(RUN_ID.findall(text))

@@ -23,7 +23,7 @@ def test_r0_is_the_tutorials_conditions_and_the_last_eager_rung_the_defaults():
     train: dict = {}
     for name, _, overrides in explain_measure.RUNGS:
         train.update(overrides)
-        if name == "R4":
+        if name == explain_measure.DEFAULTS_RUNG:
             assert all(defaults[k] == v for k, v in train.items()), train
     assert train["compile"] == "default"  # R5: compile on top of the defaults
 

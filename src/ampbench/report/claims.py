@@ -12,6 +12,7 @@ import math
 
 from ampbench.report.compare import ALPHA, _ms, _welch_p
 from ampbench.report.equivalence import tost
+from ampbench.report.words import ENGLISH, Words
 
 TUTORIAL, PROJECT = "tutorial's conditions", "project's defaults"
 VERDICTS = (
@@ -35,48 +36,59 @@ def seed_values(rec: dict, key: str) -> list[float]:
     return [float(s[key]) for s in rec["seeds"] if s.get(key) is not None]
 
 
-def mean_std(rec: dict, key: str, digits: int) -> str:
+def mean_std(rec: dict, key: str, digits: int, w: Words = ENGLISH) -> str:
     mean, std = _ms(seed_values(rec, key))
-    return "n/a" if math.isnan(mean) else f"{mean:,.{digits}f} ± {std:,.{digits}f}"
+    return w("na") if math.isnan(mean) else f"{mean:,.{digits}f} ± {std:,.{digits}f}"
 
 
-def cite(rec: dict) -> str:
+def cite(rec: dict, w: Words = ENGLISH) -> str:
     """The MLflow runs behind a variant's numbers: its variant run, then its seed runs."""
     variant = sorted({s["variant_run_id"] for s in rec["seeds"] if s.get("variant_run_id")})
     seeds = [s["run_id"] for s in rec["seeds"] if s.get("run_id")]
-    return f"variant run {', '.join(f'`{r}`' for r in variant) or '?'}; seed runs " + ", ".join(
-        f"`{r}`" for r in seeds
+    return w(
+        "cite",
+        variant=w.list(f"`{r}`" for r in variant) or "?",
+        seeds=w.list(f"`{r}`" for r in seeds),
     )
 
 
-def setting(rec: dict) -> str:
+def setting(rec: dict, w: Words = ENGLISH) -> str:
     """Hardware, batch, input pipeline, execution and precision of a variant's first seed."""
     s = rec["seeds"][0]
     loader = s.get("train.loader") or "?"
     if loader == "device":
-        loader = "data on the device"
+        loader = w("loader.device")
     if loader == "dataloader":
-        loader += f" ({s.get('train.workers')} workers)"
-    graph = "CUDA graph" if s.get("cuda_graph_used") else "eager"
-    return (
-        f"{s.get('device_name', '?')}, batch {s.get('train.batch_size', '?')}, {loader}, {graph}, "
-        f"{s.get('amp_dtype', '?')}, {len(rec['seeds'])} seed(s), {s.get('epochs_completed', '?')} epochs"
+        loader = w("loader.workers", loader=loader, workers=s.get("train.workers"))
+    return w(
+        "setting",
+        device=s.get("device_name", "?"),
+        batch=s.get("train.batch_size", "?"),
+        loader=loader,
+        graph=w("graph.yes" if s.get("cuda_graph_used") else "graph.no"),
+        dtype=s.get("amp_dtype", "?"),
+        seeds=len(rec["seeds"]),
+        epochs=s.get("epochs_completed", "?"),
     )
 
 
-def fmt_p(p: float) -> str:
-    return "n/a (< 2 seeds)" if math.isnan(p) else f"{p:.3g}"
+def fmt_p(p: float, w: Words = ENGLISH) -> str:
+    return w("p.na") if math.isnan(p) else f"{p:.3g}"
 
 
-def verdict(n: int, what: str, reason: str) -> str:
+def verdict(n: int, what: str, reason: str, w: Words = ENGLISH) -> str:
     assert what in VERDICTS, what
-    return f"**Verdict (claim {n}): {what}** — {reason}"
+    return w("verdict", n=n, what=w.name(what), reason=reason)
 
 
-def conditions_table(studies: dict) -> str:
-    lines = ["| study | setting (single-fp32's first seed) | MLflow runs of single-fp32 |", "|---|---|---|"]
+def claim_head(n: int, w: Words) -> str:
+    return w("claim.head", n=n, claim=w.name(CLAIMS[n]))
+
+
+def conditions_table(studies: dict, w: Words = ENGLISH) -> str:
+    lines = [w("conditions.head"), "|---|---|---|"]
     lines += [
-        f"| {label} | {setting(runs['single-fp32'])} | {cite(runs['single-fp32'])} |"
+        f"| {w.name(label)} | {setting(runs['single-fp32'], w)} | {cite(runs['single-fp32'], w)} |"
         for label, runs in studies.items()
     ]
     return "\n".join(lines)
@@ -96,87 +108,60 @@ def _accuracy_rows(studies: dict) -> list[tuple[str, str, float, float, dict, di
     return out
 
 
-def claim3(studies: dict, margin_pts: float = 0.5) -> str:
+def claim3(studies: dict, margin_pts: float = 0.5, w: Words = ENGLISH) -> str:
     rows = _accuracy_rows(studies)
-    lines = [
-        f"## Claim 3: {CLAIMS[3]}",
-        "",
-        "The tutorial (one run each): single 0.8191 -> 0.8403 with autocast, DP 0.8216 -> 0.8188, DDP "
-        '0.8224 -> 0.8162; with GradScaler "raised again" to 0.8409 / 0.8252.',
-        "",
-        f"| study | variant | test accuracy | fp32 of its mode | Δ | p (Welch) | Δ's 90% CI (points) "
-        f"| TOST p (±{margin_pts:g} points) | setting | MLflow runs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    margin = f"{margin_pts:g}"
+    lines = [claim_head(3, w), "", w("c3.tutorial"), "", w("c3.head", margin=margin)]
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     equivalence = {}
     for label, variant, delta, p, rec, base in rows:
-        acc, base_acc = mean_std(rec, "test_accuracy", 4), mean_std(base, "test_accuracy", 4)
+        acc, base_acc = mean_std(rec, "test_accuracy", 4, w), mean_std(base, "test_accuracy", 4, w)
         t = tost(seed_values(rec, "test_accuracy"), seed_values(base, "test_accuracy"), margin_pts / 100)
         equivalence[(label, variant)] = t
-        ci = "n/a" if t is None else f"{t.low * 100:+.2f} to {t.high * 100:+.2f}"
+        ci = w("na") if t is None else w("c3.ci", low=f"{t.low * 100:+.2f}", high=f"{t.high * 100:+.2f}")
+        runs = w("c3.fp32_runs", cite=cite(rec, w), base=cite(base, w))
         lines.append(
-            f"| {label} | {variant} | {acc} | {base_acc} | {delta:+.4f} | {fmt_p(p)} | {ci} "
-            f"| {'n/a' if t is None else fmt_p(t.p)} | {setting(rec)} | {cite(rec)}; fp32: {cite(base)} |"
+            f"| {w.name(label)} | {variant} | {acc} | {base_acc} | {delta:+.4f} | {fmt_p(p, w)} | {ci} "
+            f"| {w('na') if t is None else fmt_p(t.p, w)} | {setting(rec, w)} | {runs} |"
         )
     stds = [_ms(seed_values(runs[f"single-{FP32}"], "test_accuracy"))[1] for runs in studies.values()]
-    lines += [
-        "",
-        f"Seed-to-seed std of single-fp32: {', '.join(f'{s:.4f}' for s in stds)} ({', '.join(studies)}); "
-        "the tutorial's differences (+0.0212, -0.0028, -0.0062) come from one run per setting. "
-        f"Equivalence: two one-sided Welch tests (TOST) against ±{margin_pts:g} accuracy points "
-        "(`report.equivalence_margin_pts`); equivalent when the 90% CI lies inside the margin.",
-        "",
-    ]
-    return "\n".join([*lines, _claim3_verdict(rows, equivalence, margin_pts)])
+    studies_said = w.list(w.name(label) for label in studies)
+    note = w("c3.note", stds=w.list(f"{s:.4f}" for s in stds), studies=studies_said, margin=margin)
+    lines += ["", note, ""]
+    return "\n".join([*lines, _claim3_verdict(rows, equivalence, margin, w)])
 
 
-def _claim3_verdict(rows: list, equivalence: dict, margin_pts: float) -> str:
+def _claim3_verdict(rows: list, equivalence: dict, margin: str, w: Words) -> str:
     tested = [r for r in rows if not math.isnan(r[3])]
     real = sorted({r[0] for r in tested if r[3] < ALPHA})
-    names = ", ".join(f"{r[1]} ({r[0]}, p {fmt_p(r[3])})" for r in tested if r[3] < ALPHA)
+    names = w.list(
+        w("c3.name", variant=r[1], label=w.name(r[0]), p=fmt_p(r[3], w)) for r in tested if r[3] < ALPHA
+    )
     if not tested:
-        return verdict(3, "not tested here", "fewer than 2 seeds per variant: no significance test possible")
+        return verdict(3, "not tested here", w("c3.untested"), w)
     if real == [TUTORIAL]:
-        return verdict(3, "holds only under the tutorial's conditions", f"significant: {names}")
+        return verdict(3, "holds only under the tutorial's conditions", w("c3.tutorial_only", names=names), w)
     if real:
-        return verdict(3, "holds", f"significant differences from fp32: {names}")
+        return verdict(3, "holds", w("c3.holds", names=names), w)
     open_ = [(k, t) for k, t in equivalence.items() if t is None or not t.equivalent]
     if not open_:
-        return verdict(
-            3,
-            "does not hold",
-            f"every AMP variant's accuracy is equivalent to fp32's within ±{margin_pts:g} points "
-            f"({len(equivalence)} TOSTs, all p < {ALPHA}); no difference exceeds seed noise",
+        reason = w("c3.equivalent", margin=margin, n=len(equivalence), alpha=ALPHA)
+        return verdict(3, "does not hold", reason, w)
+    which = w.list(
+        w(
+            "c3.open_item",
+            variant=variant,
+            label=w.name(label),
+            ci="" if t is None else w("c3.open_ci", low=f"{t.low * 100:+.2f}", high=f"{t.high * 100:+.2f}"),
         )
-    which = ", ".join(
-        f"{variant} ({label}"
-        + ("" if t is None else f", 90% CI {t.low * 100:+.2f} to {t.high * 100:+.2f}")
-        + ")"
         for (label, variant), t in open_
     )
-    return verdict(
-        3,
-        "not shown either way",
-        f"no difference from fp32 exceeds seed noise ({len(tested)} Welch tests, all p >= {ALPHA}), but "
-        f"equivalence within ±{margin_pts:g} points is not shown for {which}: more seeds would decide",
-    )
+    reason = w("c3.open", n=len(tested), alpha=ALPHA, margin=margin, which=which)
+    return verdict(3, "not shown either way", reason, w)
 
 
-def claim4(studies: dict) -> str:
-    lines = [
-        f"## Claim 4: {CLAIMS[4]}",
-        "",
-        "Mechanism (torch 2.14, `torch/nn/parallel/parallel_apply.py`): autocast state is thread-local, "
-        "and DataParallel runs each replica in a thread of its own, which re-enters autocast as "
-        "`torch.amp.autocast(device_type, enabled=torch.is_autocast_enabled())`: the outer autocast's "
-        "*enabled* flag crosses into the replicas, its dtype does not. A fresh thread has the device's "
-        "default autocast dtype, float16 on CUDA. So with autocast outside `forward` the replicas run "
-        "float16, not fp32, under an outer float16 autocast (the tutorial's dtype) and also under an "
-        "outer bfloat16 one. The project enters autocast inside `forward` (model.py), so each replica "
-        "runs the configured dtype; `replica_dtypes` records what each replica's first convolution "
-        "produced.",
-        "",
-    ]
+def claim4(studies: dict, w: Words = ENGLISH) -> str:
+    lines = [claim_head(4, w), "", w("c4.mechanism"), ""]
     rows = [
         (label, v, rec)
         for label, runs in studies.items()
@@ -188,32 +173,23 @@ def claim4(studies: dict) -> str:
         s = rec["seeds"][0]
         place = s.get("autocast_placement") or "in_forward"
         lines.append(
-            f"- {label}, {variant}: placement {place}, replicas ran `{s['replica_dtypes']}` "
-            f"({setting(rec)}; {cite(rec)})"
+            w(
+                "c4.bullet",
+                label=w.name(label),
+                variant=variant,
+                place=place,
+                dtypes=s["replica_dtypes"],
+                setting=setting(rec, w),
+                cite=cite(rec, w),
+            )
         )
         if variant.startswith("dp-") and (s.get("devices_used") or 1) >= 2 and place == "outside_forward":
             multi.append(s["replica_dtypes"])
-    lines += [
-        "",
-        "The demonstration: `train.dp_autocast_outside_forward: true` (a param for this claim only) "
-        "moves autocast out of `forward`; `pytest -m gpu tests/training/test_autocast_placement.py` "
-        "asserts on two or more GPUs what each replica ran. On one GPU DataParallel calls the module "
-        "directly, so nothing can be shown there.",
-        "",
-    ]
+    lines += ["", w("c4.demo"), ""]
     if not multi:
-        v = verdict(
-            4,
-            "not tested here",
-            "no dp run with autocast outside forward on 2+ GPUs yet (the "
-            "multi-GPU run is pending); torch 2.14's source says the replicas run float16, not fp32",
-        )
+        v = verdict(4, "not tested here", w("c4.untested"), w)
     elif any("float32" in m for m in multi):
-        v = verdict(4, "holds", f"replicas ran {'; '.join(multi)}")
+        v = verdict(4, "holds", w("c4.holds", dtypes=w.list(multi, "; ")), w)
     else:
-        v = verdict(
-            4,
-            "does not hold",
-            f"with autocast outside forward the replicas ran {'; '.join(multi)}, not float32",
-        )
+        v = verdict(4, "does not hold", w("c4.not", dtypes=w.list(multi, "; ")), w)
     return "\n".join([*lines, v])

@@ -72,6 +72,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         "tf32": False,
         "options": opts,
         "energy_counter": energy.available,
+        "defaults_rung": em.DEFAULTS_RUNG,
         "rungs": rungs,
     }
     if not args.no_crossover:

@@ -44,6 +44,7 @@ RUNGS = (
     ("R4", "the whole step replayed from a CUDA graph (the defaults)", {"cuda_graph": True}),
     ("R5", "torch.compile inside the graph", {"compile": "default"}),
 )
+DEFAULTS_RUNG = "R4"  # params.yaml's defaults (FINDINGS' "why" reads it from the JSON)
 CPU_RUNGS = ("R0", "R1", "R2")  # cuDNN, CUDA graphs and inductor's GPU kernels mean nothing on a CPU
 SYNC_EVENTS = (
     "cudaStreamSynchronize",

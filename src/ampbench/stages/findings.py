@@ -1,9 +1,10 @@
-"""`ampbench findings`: docs/FINDINGS.md, the tutorial's claims tested against measured runs.
+"""`ampbench findings`: docs/FINDINGS.md and its Chinese edition docs/FINDINGS.zh.md, the tutorial's
+claims tested against measured runs.
 
-    ampbench findings --bench reports/bench.json
+    ampbench findings --bench reports/bench.json --explain reports/explain.json
 
-Reads the study's and the tutorial-conditions study's metrics (and a bench JSON, if given); the
-work is report/findings.py's ``main``.
+Reads the study's and the tutorial-conditions study's metrics (and bench's and explain's JSON, if
+given); the work is report/findings.py's ``main``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         Path(args.out),
         Path(args.readme) if args.readme else None,
         cfg.report.equivalence_margin_pts,
+        Path(args.explain) if args.explain else None,
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} and {findings.zh_path(Path(args.out))}")
     return 0

@@ -27,7 +27,7 @@ class Energy:
         if device is None or device.type != "cuda":
             return
         try:
-            import pynvml
+            import pynvml  # type: ignore[import-untyped]
 
             pynvml.nvmlInit()
             first = device.index or 0
