@@ -267,3 +267,16 @@ def test_shared_view_state_round_trips_and_the_answer_is_rounded():
         "answer/test_accuracy_std_pct": 0.31,
         "answer/peak_memory_mb": 1234.0,
     }
+
+
+def test_a_variant_note_gives_the_training_energy_only_where_measured():
+    from ampbench.report import compare
+    from ampbench.tracking import view
+
+    seed = {"test_accuracy": 0.85, "train_seconds": 4.0, "images_per_second": 3e5, "peak_memory_mb": 1300.0}
+    seed.update(diverged=False, devices_used=1)
+    measured = [{**seed, "train_joules": 2000.0, "images_per_joule": 500.0}, {**seed, "train_joules": 2200.0}]
+    measured[1]["images_per_joule"] = 1e6 / 2200
+    rows = compare.summarize({"single-fp32": {"seeds": [seed, seed]}, "single-autocast": {"seeds": measured}})
+    assert "energy" not in view.variant_note(rows[0])
+    assert "MB; training energy 2.10 kJ (477 images/J). Its seed runs" in view.variant_note(rows[1])

@@ -49,8 +49,11 @@ def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> N
         means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
         tracker.log_metrics(run_id, means, step=epoch)
     last = max(by_epoch, default=0)
-    values = {k: summary[k] for k in AGGREGATE_KEYS if summary.get(k) is not None}
-    values.update({f"{k}_std": summary[f"{k}_std"] for k in AGGREGATE_KEYS if summary.get(k) is not None})
+    present = [
+        k for k in AGGREGATE_KEYS if summary.get(k) is not None and summary[k] == summary[k]
+    ]  # not NaN
+    values = {k: summary[k] for k in present}
+    values.update({f"{k}_std": summary[f"{k}_std"] for k in present})
     values["diverged_runs"] = summary["diverged_runs"]
     tracker.log_metrics(run_id, values, step=last)
 

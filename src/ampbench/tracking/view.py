@@ -167,8 +167,18 @@ def variant_note(row: dict) -> str:
         f"accuracy {_num(row['test_accuracy_mean'], '.4f')} ± {_num(row['test_accuracy_std'], '.4f')} "
         f"(mean ± std over {row['seeds']} seeds), {_num(row['accuracy_delta'], '+.4f')} against {BASELINE} "
         f"(Welch p = {_num(row['p_value'], '.3f')}: {verdict}); peak memory "
-        f"{_num(row['peak_memory_mb_mean'], ',.0f')} MB. Its seed runs are nested under this run."
+        f"{_num(row['peak_memory_mb_mean'], ',.0f')} MB{_energy(row)}. Its seed runs are nested under "
+        "this run."
     )
+
+
+def _energy(row: dict) -> str:
+    """The training's energy where NVML measured it (report.compare's row), else nothing."""
+    joules = row.get("train_joules_mean", math.nan)
+    if joules is None or math.isnan(joules):
+        return ""
+    per_joule = _num(row.get("images_per_joule_mean"), ",.0f")
+    return f"; training energy {joules / 1e3:,.2f} kJ ({per_joule} images/J)"
 
 
 def _fastest(rows: list[dict]) -> dict | None:
