@@ -209,6 +209,8 @@ def test_kill_9_of_the_client_ends_its_stage(command, tmp_path):
     project = long_project(tmp_path / "p", epochs=50)
     proc, stage = command.start(project)
     time.sleep(1)
+    # named after its command in ps -e, top and pgrep (its command line stays the server's)
+    assert Path(f"/proc/{stage}/comm").read_text().strip() == "ampbench-train"
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10

@@ -103,6 +103,7 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     os.environ.update({**server.added_env, **request["env"]})
     os.umask(int(request["umask"]))
     sys.argv = ["ampbench", *request["argv"]]
+    _name(f"ampbench-{request['argv'][0] if request['argv'] else ''}")
     _as_if_started_here(request)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # what arrived meanwhile is delivered now
     from ampbench import cli, ending
@@ -161,6 +162,13 @@ def flush_all() -> None:
             stream.flush()
     with contextlib.suppress(OSError, AttributeError):
         _LIBC.fflush(None)
+
+
+def _name(name: str) -> None:
+    """The process's name in ps -e, top and pgrep (Linux prctl PR_SET_NAME, 15 bytes): the stage's
+    command, not the server's. Its command line (ps aux, py-spy) stays the server's."""
+    with contextlib.suppress(OSError, AttributeError):
+        _LIBC.prctl(15, ctypes.c_char_p(name.encode()[:15]))  # 15: PR_SET_NAME
 
 
 def die_with_parent(sig: int) -> None:
