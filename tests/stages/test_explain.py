@@ -53,6 +53,10 @@ def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
     md = out.with_suffix(".md").read_text()
     assert "| R1 | data and augmentation on the GPU | 16 | fp32 |" in md and "| n/a |" in md
     assert out.with_suffix(".png").stat().st_size > 10_000
+    from ampbench.report import ladder  # FINDINGS' why reads this JSON as it is
+
+    why = ladder.section(ladder.load(out.with_suffix(".json")))
+    assert "Measured on a CPU" in why and "| R1 | data and augmentation on the GPU | 16 |" in why
     (run,) = runs(project, experiment="cifar10-amp-explain", kind="explain")
     assert res["run_id"] == run.info.run_id and run.info.status == "FINISHED"
     r1 = res["rungs"][1]["cells"][1]
