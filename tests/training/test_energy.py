@@ -95,6 +95,7 @@ def test_nvml_counters_are_found_by_uuid_and_summed(monkeypatch):
         nvmlDeviceGetTotalEnergyConsumption=lambda handle: counters[handle],
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    energy._nvml.cache_clear()  # NVML is started once per process: this test's fake instead
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid=f"u{i}"))
     meter = energy.Energy(torch.device("cuda", 1), count=2)  # DataParallel from cuda:1: cuda:1, cuda:2
     assert meter.joules() == pytest.approx(12.5)
@@ -110,6 +111,7 @@ def test_no_counter_on_the_gpu_means_none_with_the_reason(monkeypatch):
         nvmlDeviceGetTotalEnergyConsumption=unsupported,
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    energy._nvml.cache_clear()  # NVML is started once per process: this test's fake instead
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid="u0"))
     meter = energy.Energy(torch.device("cuda", 0))
     assert meter.joules() is None and "Not Supported" in meter.why_not
@@ -141,3 +143,9 @@ def test_energy_in_the_variant_aggregates_and_the_comparison(tmp_path):
     assert table.count("| 900 ± 0 | n/a | n/a | 1 |") == 1, table  # the variant a seed lacks energy for
     compare.chart(rows, tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+@pytest.fixture(autouse=True)
+def _nvml_started_afresh():
+    yield
+    energy._nvml.cache_clear()  # no fake NVML left for the next test

@@ -8,6 +8,7 @@ counter (older or virtual GPUs), :meth:`Energy.joules` returns None and reports 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 
@@ -27,9 +28,7 @@ class Energy:
         if device is None or device.type != "cuda":
             return
         try:
-            import pynvml  # type: ignore[import-untyped]
-
-            pynvml.nvmlInit()
+            pynvml = _nvml()
             first = device.index or 0
             handles = [_handle(pynvml, i) for i in range(first, first + count)]
             for h in handles:
@@ -48,6 +47,15 @@ class Energy:
         if not self.handles:
             return None
         return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1e3
+
+
+@functools.cache
+def _nvml():
+    """pynvml, initialised once per process (each seed measures; NVML's start is not free)."""
+    import pynvml  # type: ignore[import-untyped]
+
+    pynvml.nvmlInit()
+    return pynvml
 
 
 def _handle(pynvml, cuda_index: int):
