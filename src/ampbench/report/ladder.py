@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ampbench.report.claims import BARELY
 from ampbench.report.words import ENGLISH, Words
 
 WAITING = 0.5  # device busy less than this share of the wall time: the step mostly waits for the host
@@ -95,7 +96,7 @@ def _reading(res: dict, rungs: list[dict], defaults: dict, w: Words) -> list[str
             ratio=f"{_ratio(r0, 'autocast'):.2f}",
         )
     ]
-    if ac0["device_busy"] < WAITING:
+    if ac0["device_busy"] < WAITING and _ratio(r0, "autocast") < BARELY:
         out.append(w("why.waits"))
     if len(rungs) > 1:
         gains = [(_ratio(b, "autocast") - _ratio(a, "autocast"), a, b) for a, b in zip(rungs, rungs[1:])]
