@@ -80,3 +80,35 @@ def test_rungs_measured_apart_in_a_fresh_process(tmp_path: Path, monkeypatch):
     assert [c["precision"] for c in rungs[0]["cells"]] == ["fp32", "autocast", "autocast_gradscaler"]
     assert not list((project / "reports").glob("explain*"))  # the part's file is gone, nothing else written
     assert runs(project, experiment="cifar10-amp-explain") == []  # only the whole explain records a run
+
+
+@pytest.mark.slow  # DVC's start, twice
+def test_explain_is_a_dvc_stage_outside_the_study(tmp_path: Path):
+    """`dvc repro` at the top runs the study only; `dvc repro explain/dvc.yaml` runs explain, in the
+    project's root, after the study's download (not yet run here: no dvc.lock)."""
+    import shutil
+    import subprocess
+
+    from conftest import VENV_BIN, venv_env
+
+    project = new_project(tmp_path / "proj")
+    (project / "explain").mkdir()
+    shutil.copy(REPO / "explain" / "dvc.yaml", project / "explain" / "dvc.yaml")
+    (project / "src").symlink_to(REPO / "src")  # the stages' code deps
+    for made_by_the_study in ("models", "reports/metrics", "reports/plots/curves"):  # --dry checks deps exist
+        (project / made_by_the_study).mkdir(parents=True)
+    dvc = [str(VENV_BIN / "dvc")]
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=project, env=venv_env(), check=True, timeout=120)
+
+    def dry(*targets: str) -> str:
+        proc = subprocess.run(
+            [*dvc, "repro", "--dry", *targets], cwd=project, env=venv_env(), capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    study = dry()
+    assert "'download'" in study and "'compare'" in study and "explain" not in study
+    alone = dry("explain/dvc.yaml")
+    assert "'download'" in alone and "'explain/dvc.yaml:explain'" in alone and "train@" not in alone
+    assert "> ampbench explain" in alone
