@@ -149,3 +149,11 @@ def test_energy_in_the_variant_aggregates_and_the_comparison(tmp_path):
 def _nvml_started_afresh():
     yield
     energy._nvml.cache_clear()  # no fake NVML left for the next test
+
+
+def test_a_comparison_without_any_energy_says_so_once_instead_of_two_columns_of_na():
+    rows = compare.summarize({"single-fp32": {"seeds": [_seed(0.80, None), _seed(0.81, None)]}})
+    table = compare.to_markdown(rows)
+    assert "energy kJ" not in table and "images/J" not in table
+    assert "Energy: not measured here (no NVML energy counter" in table
+    assert table.splitlines()[2].count("|") == table.splitlines()[3].count("|")  # header and rows agree

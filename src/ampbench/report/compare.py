@@ -111,34 +111,48 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def _energy_measured(rows: list[dict]) -> bool:
+    return any(not math.isnan(r.get("train_joules_mean", math.nan)) for r in rows)
+
+
 def to_markdown(rows: list[dict], notice: str = "") -> str:
+    energy = _energy_measured(rows)  # else two columns of n/a: said once in the note instead
     head = (
         "| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
-        "| train s | images/s | speed-up | peak MB | energy kJ | images/J | devices | amp dtype |"
+        "| train s | images/s | speed-up | peak MB |"
+        + (" energy kJ | images/J |" if energy else "")
+        + " devices | amp dtype |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         p = "n/a" if math.isnan(r["p_value"]) else f"{r['p_value']:.3f}"
         delta = "n/a" if math.isnan(r["accuracy_delta"]) else f"{r['accuracy_delta']:+.4f}"
+        joules = (
+            f"| {_fmt(r['train_joules_mean'] / 1e3, r['train_joules_std'] / 1e3, 2)} "
+            f"| {_fmt(r['images_per_joule_mean'], r['images_per_joule_std'], 0)} "
+        )
         lines.append(
             f"| {r['variant']} | {r['seeds']} | {r['diverged']} "
             f"| {_fmt(r['test_accuracy_mean'], r['test_accuracy_std'], 4)} | {delta} | {p} "
             f"| {r['significant']} | {_fmt(r['train_seconds_mean'], r['train_seconds_std'], 1)} "
             f"| {_fmt(r['images_per_second_mean'], r['images_per_second_std'], 0)} "
             f"| {r['speedup']:.2f}x | {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
-            f"| {_fmt(r['train_joules_mean'] / 1e3, r['train_joules_std'] / 1e3, 2)} "
-            f"| {_fmt(r['images_per_joule_mean'], r['images_per_joule_std'], 0)} "
-            f"| {r['devices_used']} | {r['amp_dtype']} |"
+            + (joules if energy else "")
+            + f"| {r['devices_used']} | {r['amp_dtype']} |"
         )
     device = rows[0]["device_name"] if rows else "?"
+    said = (
+        "Energy: NVML's energy counter over each seed's training (all epochs, all GPUs it used, idle "
+        "power included); n/a for a variant where a seed lacks it."
+        if energy
+        else "Energy: not measured here (no NVML energy counter: a CPU, or a GPU without one)."
+    )
     note = (
         f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
         f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
         f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
         "Diverged runs are counted in their variant and included in its means. Peak MB: device "
-        "memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. Energy: "
-        "NVML's energy counter over each seed's training (all epochs, all GPUs it used, idle power "
-        "included), n/a without one (a CPU, an older GPU).\n"
+        f"memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. {said}\n"
     )
     title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
     return title + "\n".join(lines) + "\n" + note
