@@ -5,8 +5,8 @@
    the values (from zero every variant looks the same) beside a line at single-fp32's mean, and
    labelled with its difference from it in points;
 3. peak GPU memory (or the process's, on a CPU), labelled;
-4. images per joule of training energy (NVML's counter), labelled with the training's kJ, or a
-   line saying why it is n/a (a CPU, a GPU without the counter).
+4. where any variant measured energy (NVML's counter), images per joule, labelled with the
+   training's kJ (n/a for a variant a seed lacks it for); no panel at all on a CPU.
 
 A run on a subset (the quick study) says so in red above the panels: its numbers are not the
 study's.
@@ -30,11 +30,14 @@ def chart(rows: list[dict], path: Path, notice: str = "") -> None:
 
     names = [r["variant"] for r in rows]
     colors = [DIVERGED if r["diverged"] else NORMAL for r in rows]
-    fig, axes = plt.subplots(1, 4, figsize=(21, 0.55 * len(rows) + 2.4), sharey=True)
+    energy = any(not math.isnan(r.get("images_per_joule_mean", math.nan)) for r in rows)
+    panels = 4 if energy else 3  # no panel of n/a where nothing measured energy (a CPU)
+    fig, axes = plt.subplots(1, panels, figsize=(5.25 * panels, 0.55 * len(rows) + 2.4), sharey=True)
     _speedup(axes[0], rows, names, colors)
     _accuracy(axes[1], rows, names, colors)
     _memory(axes[2], rows, names, colors)
-    _energy(axes[3], rows, names, colors)
+    if energy:
+        _energy(axes[3], rows, names, colors)
     axes[0].invert_yaxis()
     seeds = sorted({r["seeds"] for r in rows})
     hardware = (rows[0].get("device_name") if rows else "") or "this machine"
@@ -100,28 +103,13 @@ def _memory(ax, rows: list[dict], names: list[str], colors: list[str]) -> None:
 
 def _energy(ax, rows: list[dict], names: list[str], colors: list[str]) -> None:
     per_joule = [r.get("images_per_joule_mean", math.nan) for r in rows]
-    if all(math.isnan(v) for v in per_joule):
-        ax.barh(names, [0.0] * len(rows), color=colors)  # the rows' places, no bars
-        ax.text(
-            0.5,
-            0.5,
-            "energy n/a here:\nno NVML energy counter\n(a CPU, or a GPU without one)",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            color="grey",
-        )
-        ax.set_xticks([])
-    else:
-        std = [r.get("images_per_joule_std", 0.0) for r in rows]
-        bars = [0.0 if math.isnan(v) else v for v in per_joule]
-        ax.barh(
-            names, bars, xerr=[0.0 if math.isnan(e) else e for e in std], color=colors, capsize=3, alpha=0.8
-        )
-        for y, (v, e, r) in enumerate(zip(per_joule, std, rows, strict=True)):
-            kj = r.get("train_joules_mean", math.nan) / 1e3
-            label = "  n/a" if math.isnan(v) else f"  {v:,.0f} img/J · {kj:,.2f} kJ"
-            ax.text(0 if math.isnan(v) else v + e, y, label, va="center", fontsize=9)
-        ax.set_xlim(0, max(b for b in bars) * 1.6 or 1)
+    std = [r.get("images_per_joule_std", 0.0) for r in rows]
+    bars = [0.0 if math.isnan(v) else v for v in per_joule]
+    ax.barh(names, bars, xerr=[0.0 if math.isnan(e) else e for e in std], color=colors, capsize=3, alpha=0.8)
+    for y, (v, e, r) in enumerate(zip(per_joule, std, rows, strict=True)):
+        kj = r.get("train_joules_mean", math.nan) / 1e3
+        label = "  n/a" if math.isnan(v) else f"  {v:,.0f} img/J · {kj:,.2f} kJ"
+        ax.text(0 if math.isnan(v) else v + e, y, label, va="center", fontsize=9)
+    ax.set_xlim(0, max(bars) * 1.6 or 1)
     ax.set_xlabel("images per joule (NVML; label: the training's energy)")
     ax.grid(axis="x", alpha=0.3)
