@@ -83,6 +83,13 @@ def test_the_ladder_has_every_rung_its_ratios_and_says_where_amp_starts_to_pay()
     assert "At the project's defaults (R4) autocast trains at 3.80x fp32" in why
     assert "from batch 256 and 2x from batch 1024" in why and f"explain run `{'e' * 32}`" in why
     assert text.index("## Claim 2") < text.index("## Why AMP") < text.index("## Claim 3")  # after 1 and 2
+    cross = {
+        "rows": [{"batch": 8}, {"batch": 32}],
+        "autocast_1_5x_from_batch": 32,
+        "autocast_2x_from_batch": None,
+    }
+    text = findings.build(PROJECT, TUTORIAL, None, {}, explain={**EXPLAIN, "crossover": cross})
+    assert "1.5x fp32 from batch 32 and 2x at no batch tried (8–32)." in text
 
 
 def test_without_a_ladder_the_report_says_how_to_make_one(tmp_path: Path):

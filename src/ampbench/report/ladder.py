@@ -127,7 +127,12 @@ def _reading(res: dict, rungs: list[dict], defaults: dict, w: Words) -> list[str
         out.append(w("why.gs", items=items))
     cross = res.get("crossover")
     if cross:
-        none = w("why.none_tried")
-        b15, b2 = cross.get("autocast_1_5x_from_batch") or none, cross.get("autocast_2x_from_batch") or none
-        out.append(w("why.cross", b15=b15, b2=b2))
+        tried = [r["batch"] for r in cross.get("rows", [])] or ["?"]
+
+        def at(key: str) -> str:
+            if cross.get(key):
+                return w("why.from_batch", batch=cross[key])
+            return w("why.no_batch", low=tried[0], high=tried[-1])
+
+        out.append(w("why.cross", at15=at("autocast_1_5x_from_batch"), at2=at("autocast_2x_from_batch")))
     return [w.list(out, " ")]

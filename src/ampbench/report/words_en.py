@@ -130,9 +130,9 @@ EN = {
     "why.defaults": "At the project's defaults ({rung}) autocast trains at {ratio}x fp32, the device "
     "busy {busy} of the time.",
     "why.gs": "GradScaler's step against autocast's, rung by rung (claim 2): {items}.",
-    "why.cross": "Batch crossover (the defaults' bare step): autocast reaches 1.5x fp32 from batch "
-    "{b15} and 2x from batch {b2}.",
-    "why.none_tried": "none tried",
+    "why.cross": "Batch crossover (the defaults' bare step): autocast reaches 1.5x fp32 {at15} and 2x {at2}.",
+    "why.from_batch": "from batch {batch}",
+    "why.no_batch": "at no batch tried ({low}–{high})",
     # ------------------------------------------------------------------ what AMP saves
     "mem.head": "## What AMP saves: memory and energy",
     "mem.intro": "The tutorial's first stated reason for AMP is lower memory. Peak MB: torch's peak "

@@ -121,9 +121,9 @@ ZH = {
     "why.top": "autocast 加速比的最大一次提升出现在 {rung}（{change}）：从 {before}x 升到 {after}x。",
     "why.defaults": "在本项目的默认设置下（{rung}），autocast 的训练速度是 fp32 的 {ratio}x，设备有 {busy} 的时间在工作。",
     "why.gs": "逐级比较 GradScaler 与 autocast 的训练步（论断 2）：{items}。",
-    "why.cross": "batch 交叉点（默认设置下的裸训练步）：autocast 从 batch {b15} 起达到 fp32 的 1.5x，"
-    "从 batch {b2} 起达到 2x。",
-    "why.none_tried": "所试范围内没有",
+    "why.cross": "batch 交叉点（默认设置下的裸训练步）：autocast {at15}达到 fp32 的 1.5x，{at2}达到 2x。",
+    "why.from_batch": "从 batch {batch} 起",
+    "why.no_batch": "在所试的 batch（{low}–{high}）中都没有",
     # ------------------------------------------------------------------ AMP 省下了什么
     "mem.head": "## AMP 省下了什么：显存与能耗",
     "mem.intro": "教程给出的使用 AMP 的第一个理由是节省显存。峰值 MB：一个种子训练期间 torch 在 GPU（rank 0）上"

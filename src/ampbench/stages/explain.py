@@ -167,10 +167,15 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {row['batch']} | {vals} | {row['autocast'] / row['fp32']:.2f}x |")
         lines += [
             "",
-            f"Autocast reaches 1.5x fp32 from batch {cross['autocast_1_5x_from_batch'] or 'none tried'}, "
-            f"2x from batch {cross['autocast_2x_from_batch'] or 'none tried'}.",
+            f"Autocast reaches 1.5x fp32 {_from_batch(cross, 'autocast_1_5x_from_batch')}, "
+            f"2x {_from_batch(cross, 'autocast_2x_from_batch')}.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _from_batch(cross: dict, key: str) -> str:
+    tried = [r["batch"] for r in cross["rows"]]
+    return f"from batch {cross[key]}" if cross[key] else f"at no batch tried ({tried[0]}–{tried[-1]})"
 
 
 def write(res: dict, out: Path) -> None:
