@@ -79,10 +79,13 @@ def test_the_ladder_has_every_rung_its_ratios_and_says_where_amp_starts_to_pay()
         assert f"| {ac / fp:.2f}x |" in row, row  # each speed-up is its rung's own images/s ratio
     assert "busy 31% of the wall time in fp32 and 12% with autocast" in why
     assert "the device waits for the host most of the time" in why  # R0's autocast busy < 50%
-    assert "The largest single gain in autocast's speed-up comes at R4 (change R4): 2.30x to 3.80x." in why
+    assert "The largest single gain in autocast's speed-up comes at R4, change R4: 2.30x to 3.80x." in why
     assert "At the project's defaults (R4) autocast trains at 3.80x fp32" in why
     assert "from batch 256 and 2x from batch 1024" in why and f"explain run `{'e' * 32}`" in why
     assert text.index("## Claim 2") < text.index("## Why AMP") < text.index("## Claim 3")  # after 1 and 2
+    older = {k: v for k, v in EXPLAIN.items() if k != "defaults_rung"}  # or a CPU's R0-R2: no defaults
+    text = findings.build(PROJECT, TUTORIAL, None, {}, explain=older)
+    assert "At the project's defaults" not in text and "to the project's defaults and beyond" in text
     cross = {
         "rows": [{"batch": 8}, {"batch": 32}],
         "autocast_1_5x_from_batch": 32,

@@ -117,6 +117,24 @@ def test_no_counter_on_the_gpu_means_none_with_the_reason(monkeypatch):
     assert meter.joules() is None and "Not Supported" in meter.why_not
 
 
+def test_a_counter_that_fails_mid_training_stops_the_measure_not_the_training(monkeypatch):
+    reads = iter([5_000])  # one good read, then NVML fails (a GPU lost)
+
+    def read(handle):
+        return next(reads)
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetTotalEnergyConsumption=read,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    energy._nvml.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid="u0"))
+    meter = energy.Energy(torch.device("cuda", 0))  # its probe read takes the good value
+    assert meter.joules() is None and "failed" in meter.why_not and meter.joules() is None
+
+
 def _seed(acc: float, joules: float | None) -> dict:
     per_joule = None if joules is None else 1e6 / joules
     return {

@@ -96,7 +96,7 @@ class SeedCheckpoint(_SavedFile):
     elapsed: float
     """Training seconds of the partial epoch so far: its epoch_seconds goes on from there."""
     joules: float | None
-    """Rank 0's energy (J, NVML) in the partial epoch so far; None where not measured."""
+    """The partial epoch's energy so far (J, NVML; every rank's GPUs); None where not measured."""
     history: list[dict]
     """One record per completed epoch (loop.epoch_metrics, plus test_accuracy)."""
     model: dict

@@ -21,6 +21,11 @@ BASELINE = "single-fp32"
 DIVERGED, NORMAL = "tab:red", "tab:blue"
 
 
+def energy_measured(rows: list[dict]) -> bool:
+    """Did any variant measure its training's energy (compare's table and this chart show it then)."""
+    return any(not math.isnan(r.get("train_joules_mean", math.nan)) for r in rows)
+
+
 def chart(rows: list[dict], path: Path, notice: str = "") -> None:
     """Write the three panels for `rows` (report.compare.summarize's) to `path`."""
     import matplotlib
@@ -30,7 +35,7 @@ def chart(rows: list[dict], path: Path, notice: str = "") -> None:
 
     names = [r["variant"] for r in rows]
     colors = [DIVERGED if r["diverged"] else NORMAL for r in rows]
-    energy = any(not math.isnan(r.get("images_per_joule_mean", math.nan)) for r in rows)
+    energy = energy_measured(rows)
     panels = 4 if energy else 3  # no panel of n/a where nothing measured energy (a CPU)
     fig, axes = plt.subplots(1, panels, figsize=(5.25 * panels, 0.55 * len(rows) + 2.4), sharey=True)
     _speedup(axes[0], rows, names, colors)

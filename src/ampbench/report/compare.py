@@ -23,7 +23,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from ampbench.report.chart import chart
+from ampbench.report.chart import chart, energy_measured
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +111,8 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def _energy_measured(rows: list[dict]) -> bool:
-    return any(not math.isnan(r.get("train_joules_mean", math.nan)) for r in rows)
-
-
 def to_markdown(rows: list[dict], notice: str = "") -> str:
-    energy = _energy_measured(rows)  # else two columns of n/a: said once in the note instead
+    energy = energy_measured(rows)  # else two columns of n/a: said once in the note instead
     head = (
         "| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
         "| train s | images/s | speed-up | peak MB |"
@@ -142,8 +138,9 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
         )
     device = rows[0]["device_name"] if rows else "?"
     said = (
-        "Energy: NVML's energy counter over each seed's training (all epochs, all GPUs it used, idle "
-        "power included); n/a for a variant where a seed lacks it."
+        "Energy: the GPUs' alone, from NVML's energy counter over each seed's training (all epochs, "
+        "all GPUs it used, idle power included; not the host's CPUs); n/a for a variant where a seed "
+        "lacks it."
         if energy
         else "Energy: not measured here (no NVML energy counter: a CPU, or a GPU without one)."
     )

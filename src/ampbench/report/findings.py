@@ -75,9 +75,11 @@ def build(
     margin_pts: float = 0.5,
     explain: dict | None = None,
     w: Words = ENGLISH,
+    other_edition: str = "",
 ) -> str:
     """The whole FINDINGS text in `w`'s language. `sources`: {input: path}, inputs named by the
-    keys of words' "source.<input>" sentences (study, tutorial, bench, explain)."""
+    keys of words' "source.<input>" sentences (study, tutorial, bench, explain); `other_edition`:
+    the other language's file name, linked at the top."""
     studies = {claims.TUTORIAL: tutorial, claims.PROJECT: project}
     sections = [
         speed_claims.claim1(studies, bench, w),
@@ -89,7 +91,7 @@ def build(
     head = [
         w("title"),
         "",
-        w("edition"),
+        w("edition", name=other_edition or ("FINDINGS.zh.md" if w.lang == "en" else "FINDINGS.md")),
         "",
         w("intro", inputs=inputs),
         "",
@@ -158,10 +160,10 @@ def main(
     sources.update({k: str(v) for k, v in (("bench", bench), ("explain", explain)) if v})
     inputs = (project_runs, tutorial_runs, load_bench(bench), sources, margin_pts, ladder.load(explain))
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = build(*inputs)
-    out.write_text(text)
     zh_out = zh_path(out)
-    zh_out.write_text(build(*inputs, w=Words("zh")))
+    text = build(*inputs, other_edition=zh_out.name)
+    out.write_text(text)
+    zh_out.write_text(build(*inputs, w=Words("zh"), other_edition=out.name))
     if readme is not None:
         update_readme(readme, out, summary_lines([text]))
     return text

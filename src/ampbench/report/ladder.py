@@ -49,7 +49,8 @@ def section(res: dict | None, w: Words = ENGLISH) -> str:
     if res is None:
         return "\n".join([*lines, w("why.none")])
     rungs, o = res["rungs"], res.get("options", {})
-    defaults = next((r for r in rungs if r["rung"] == res.get("defaults_rung")), rungs[-1])
+    # the defaults' rung as explain named it; none on a CPU (R0-R2 only) or in an older JSON
+    defaults = next((r for r in rungs if r["rung"] == res.get("defaults_rung")), None)
     source = w("explain.run", run_id=res["run_id"]) if res.get("run_id") else w("explain.untracked")
     lines += [
         w(
@@ -58,7 +59,7 @@ def section(res: dict | None, w: Words = ENGLISH) -> str:
             source=source,
             windows=o.get("windows", "?"),
             steps=o.get("steps", "?"),
-            defaults=defaults["rung"],
+            defaults="" if defaults is None else w("why.defaults_id", rung=defaults["rung"]),
         ),
         "",
     ]
@@ -84,7 +85,7 @@ def _row(rung: dict, w: Words) -> str:
     )
 
 
-def _reading(res: dict, rungs: list[dict], defaults: dict, w: Words) -> list[str]:
+def _reading(res: dict, rungs: list[dict], defaults: dict | None, w: Words) -> list[str]:
     """What the table says, in sentences: R0, the biggest step, the defaults, GradScaler, batch."""
     r0, ac0 = rungs[0], _cell(rungs[0], "autocast")
     out = [
@@ -110,18 +111,13 @@ def _reading(res: dict, rungs: list[dict], defaults: dict, w: Words) -> list[str
                 after=f"{_ratio(top, 'autocast'):.2f}",
             )
         )
-    busy = _cell(defaults, "autocast")["device_busy"]
-    out.append(
-        w(
-            "why.defaults",
-            rung=defaults["rung"],
-            ratio=f"{_ratio(defaults, 'autocast'):.2f}",
-            busy=f"{busy:.0%}",
-        )
-    )
+    if defaults is not None:
+        busy = _cell(defaults, "autocast")["device_busy"]
+        ratio = f"{_ratio(defaults, 'autocast'):.2f}"
+        out.append(w("why.defaults", rung=defaults["rung"], ratio=ratio, busy=f"{busy:.0%}"))
     with_gs = [r for r in rungs if _cell(r, "autocast_gradscaler")]
     if with_gs:
-        items = w.list(
+        items = w.list(  # images/s ratios, as every other figure of the ladder
             f"{r['rung']} {_ratio(r, 'autocast_gradscaler') / _ratio(r, 'autocast'):.2f}x" for r in with_gs
         )
         out.append(w("why.gs", items=items))

@@ -7,7 +7,7 @@ code before it arrives, so both editions show the same numbers.)
 ZH = {
     # ------------------------------------------------------------------ 报告框架
     "title": "# 结论：逐条检验教程的四个论断",
-    "edition": "英文版（English）：[FINDINGS.md](FINDINGS.md)。两版由同一命令从同一批结果生成，数字与运行 ID 完全相同。",
+    "edition": "英文版（English）：[{name}]({name})。两版由同一命令从同一批结果生成，数字与运行 ID 完全相同。",
     "intro": "本文由 `ampbench findings` 根据实测运行自动生成，请勿手工编辑（需要更新时重新运行该命令）。"
     "输入：{inputs}。每个数字都注明其来源的 MLflow 运行（先是变体运行，再是各种子运行，均在该研究的跟踪库中）；"
     "数值为各种子的均值 ± 标准差；显著性检验为各种子间的 Welch 双样本 t 检验（与 `ampbench compare` 相同），"
@@ -25,8 +25,8 @@ ZH = {
     "claim.head": "## 论断 {n}：{claim}",
     "verdict": "**结论（论断 {n}）：{what}** — {reason}",
     "summary.line": "{n}. {claim} — **{what}**：{reason}",
-    "na": "无",
-    "p.na": "无（种子数 < 2）",
+    "na": "—",
+    "p.na": "不适用（种子数 < 2）",
     # ------------------------------------------------------------------ 共用部分
     "cite": "变体运行 {variant}；种子运行 {seeds}",
     "setting": "{device}，batch {batch}，{loader}，{graph}，{dtype}，{seeds} 个种子，{epochs} 个 epoch",
@@ -39,7 +39,7 @@ ZH = {
     "bench.run": "bench 运行 `{run_id}`",
     "bench.untracked": "bench 文件，未跟踪：没有 MLflow 运行",
     "time.bench": "时间花在哪里（`ampbench bench`，{hardware}，batch {batch}；{source}）：教程的输入管线 "
-    "{loader} 每秒只能供给 {loader_ips} 张图像；裸的 autocast 训练步（上限）每秒可跑 {ceiling_ips} 张，fp32 为 "
+    "{loader} 每秒供给 {loader_ips} 张图像；裸的 autocast 训练步（上限）每秒可跑 {ceiling_ips} 张，fp32 为 "
     "{fp32_ips} 张。由这个 DataLoader 供数时，无论精度如何，训练步都不可能快过它的供给速度："
     "教程条件下的 autocast 运行每秒训练 {run_ips} 张图像（{cite}）。",
     "time.nobench": "时间花在哪里（未提供 bench JSON）：同一个 autocast 训练步在教程的条件下每秒训练 {tut} 张图像，"
@@ -55,7 +55,7 @@ ZH = {
     "c2.tutorial": "原教程：使用 GradScaler 时 20 个 epoch 用了 27 分 27 秒，而 fp32 为 22 分 22 秒、仅用 autocast "
     "为 21 分 21 秒，各为一次手工计时。",
     "c2.bullet": "- {label}：GradScaler 的训练步耗时是 autocast 的 {cost}x（p {p_ac}）；"
-    "其训练速度为 fp32 图像/秒的 {ratio}x（p {p_fp}）",
+    "其每秒训练图像数为 fp32 的 {ratio}x（p {p_fp}）",
     "c2.ceiling": "bench 上限（{source}）：使用 GradScaler 时每步 {gs} 毫秒，不使用时 {ac} 毫秒：相差 +{diff} 毫秒。",
     "c2.why": "它为什么有开销：scaler 先把损失乘以缩放因子，再对 fp32 梯度多做一遍处理（检查 inf/NaN 并反缩放；"
     "`_amp_foreach_non_finite_check_and_unscale_`），然后更新缩放因子：这是每步固定的开销，"
@@ -107,28 +107,29 @@ ZH = {
     "why.head": "## AMP 为什么有时划算、有时不划算：开销阶梯（论断 1 和 2）",
     "why.none": "未提供阶梯数据：`make explain`（`ampbench explain`）可在几分钟内在这块 GPU 上测出，"
     "再用 `ampbench findings --explain reports/explain.json` 把它放到这里。",
-    "why.intro": "`ampbench explain`，{hardware}（{source}；TF32 关闭；{windows} 个窗口、每窗口 {steps} 步的中位数）："
-    "从教程的条件（R0）出发，每一级只改一处，直到本项目的默认设置（{defaults}）及更进一步。",
+    "why.intro": "`ampbench explain` 在 {hardware} 上测得（{source}；TF32 关闭；{windows} 个窗口、每窗口 {steps} 步的中位数）："
+    "从教程的条件（R0）出发，每一级只改一处，直到本项目的默认设置{defaults}及更进一步。",
     "explain.run": "explain 运行 `{run_id}`",
     "explain.untracked": "explain 文件，未跟踪：没有 MLflow 运行",
+    "why.defaults_id": "（{rung}）",
     "why.cpu": "**在 CPU 上测得：这些数字不能说明任何 GPU 的情况。**",
     "why.table": "| 级 | 改动 | batch | fp32 图像/秒 | autocast 图像/秒 | autocast / fp32 "
     "| GradScaler / fp32 | 设备繁忙占比，fp32 / autocast | 每步主机同步次数，autocast "
     "| 峰值 MB，fp32 / autocast |",
-    "why.r0": "在教程的条件下（{rung}），设备在 fp32 时只有 {busy32} 的时间在工作，autocast 时为 {busyac}；"
+    "why.r0": "在教程的条件下（{rung}），设备在 fp32 时有 {busy32} 的时间在工作，autocast 时为 {busyac}；"
     "autocast 的训练速度是 fp32 的 {ratio}x。",
     "why.waits": "此时设备大部分时间都在等待主机，训练步再快也几乎体现不出来：这就是论断 1 所说的“几乎没有”。",
-    "why.top": "autocast 加速比的最大一次提升出现在 {rung}（{change}）：从 {before}x 升到 {after}x。",
+    "why.top": "autocast 加速比的最大一次提升出现在 {rung}，即{change}：从 {before}x 升到 {after}x。",
     "why.defaults": "在本项目的默认设置下（{rung}），autocast 的训练速度是 fp32 的 {ratio}x，设备有 {busy} 的时间在工作。",
-    "why.gs": "逐级比较 GradScaler 与 autocast 的训练步（论断 2）：{items}。",
+    "why.gs": "逐级比较 GradScaler 与 autocast 的每秒训练图像数（论断 2）：{items}。",
     "why.cross": "batch 交叉点（默认设置下的裸训练步）：autocast {at15}达到 fp32 的 1.5x，{at2}达到 2x。",
     "why.from_batch": "从 batch {batch} 起",
     "why.no_batch": "在所试的 batch（{low}–{high}）中都没有",
     # ------------------------------------------------------------------ AMP 省下了什么
     "mem.head": "## AMP 省下了什么：显存与能耗",
     "mem.intro": "教程给出的使用 AMP 的第一个理由是节省显存。峰值 MB：一个种子训练期间 torch 在 GPU（rank 0）上"
-    "分配的峰值显存。能耗：一个种子训练期间 NVML 能耗计数器的读数（全部 epoch、所用的全部 GPU，含空闲功耗），"
-    "仅在 GPU 提供该计数器时才有。",
+    "分配的峰值显存。能耗：仅指 GPU 的能耗，即一个种子训练期间 NVML 能耗计数器计得的能耗（全部 epoch、所用的全部 GPU，"
+    "含空闲功耗；主机 CPU，包括 DataLoader 的 worker，不计在内），仅在 GPU 提供该计数器时才有。",
     "mem.table": "| 研究 | 变体 | 峰值 MB | 相对 fp32 | 能耗 kJ | 图像/焦耳 | 能耗相对 fp32 | MLflow 运行 |",
     "mem.bullet": "- {label}：autocast 的峰值显存是 fp32 的 {mem_ac}（{delta} MB），GradScaler 为 {mem_gs}；{energy}",
     "mem.no_memory": "- {label}：未记录峰值显存；{energy}",

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-# Per-seed values a variant's run gets as mean and std (energy only where every seed measured it).
+# Per-seed values a variant's run gets as mean and std, each only where every seed has it (energy:
+# NVML's counter may be absent; a mean of the rest would stand for seeds it never saw).
 AGGREGATE_KEYS = (
     "test_accuracy",
     "f1_macro",

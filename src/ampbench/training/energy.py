@@ -46,7 +46,12 @@ class Energy:
         """The counters' sum now, in joules (a reading: subtract two for a region), or None."""
         if not self.handles:
             return None
-        return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1e3
+        try:
+            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1e3
+        except Exception as err:  # a GPU lost, NVML gone: a measurement never stops training
+            self.handles, self.why_not = [], f"NVML's energy counter failed ({type(err).__name__}: {err})"
+            log.warning("energy no longer measured: %s", self.why_not)
+            return None
 
 
 @functools.cache

@@ -148,11 +148,18 @@ class SeedTraining:
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
             if check and self.strategy.any(self.job.stop_requested()):
-                self.save(epoch, i + 1, stats.snapshot(), *clock.read())
+                seconds, joules = clock.read()  # every rank is here: their joules summed
+                self.save(epoch, i + 1, stats.snapshot(), seconds, self._all_joules(joules))
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
             if i + 1 < n and self.save_due_mid_epoch():  # the epoch end decides for itself
-                with clock.pause() as so_far:
-                    self.save(epoch, i + 1, stats.snapshot(), *so_far)
+                with clock.pause() as (seconds, joules):  # rank 0 alone: the others' joules unknown
+                    self.save(
+                        epoch,
+                        i + 1,
+                        stats.snapshot(),
+                        seconds,
+                        joules if self.strategy.world_size == 1 else None,
+                    )
         seconds, joules = clock.read()
         self.totals = stats.totals(self.strategy)
         lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
@@ -161,10 +168,10 @@ class SeedTraining:
 
     def _before(self, resumed: bool) -> tuple[float, float | None]:
         """A resumed epoch's first part, from its checkpoint: (seconds, joules); else nothing.
-        The checkpoint holds rank 0's joules only: the other ranks' first part is unknown."""
+        The checkpoint holds every rank's joules summed (None where unknown): rank 0 brings them."""
         if not resumed:
             return 0.0, 0.0
-        return self.state["elapsed"], self.state["joules"] if self.strategy.is_main else None
+        return self.state["elapsed"], self.state["joules"] if self.strategy.is_main else 0.0
 
     def _all_joules(self, joules: float | None) -> float | None:
         """The epoch's joules over every process's GPUs (a collective: every rank calls it)."""
@@ -217,8 +224,8 @@ class SeedTraining:
         """Checkpoint (rank 0), atomically, before training goes on; raises CheckpointError.
 
         (epoch, step_in_epoch): where a resume continues; `partial`: the partial epoch's
-        statistics (None at an epoch end); `elapsed`, `joules`: its training seconds and this
-        process's joules so far.
+        statistics (None at an epoch end); `elapsed`, `joules`: its training seconds and the
+        joules of every process's GPUs so far (None: unknown).
         """
         if not self.strategy.is_main:
             return
