@@ -18,6 +18,15 @@ def _mean(rec: dict, key: str) -> float:
     return _ms(values)[0] if len(values) == len(rec["seeds"]) else math.nan
 
 
+def _spread(rec: dict, key: str, spec: str, w: Words, scale: float = 1.0) -> str:
+    """Mean ± std over seeds, as every figure of the report (n/a unless every seed has it)."""
+    values = seed_values(rec, key)
+    if not values or len(values) < len(rec["seeds"]):
+        return w("na")
+    mean, std = _ms([v * scale for v in values])
+    return f"{format(mean, spec)} ± {format(std, spec)}"
+
+
 def _x(a: float, b: float, w: Words) -> str:
     return w("na") if math.isnan(a) or math.isnan(b) or not b else f"{a / b:.2f}x"
 
@@ -29,12 +38,12 @@ def section(studies: dict, w: Words = ENGLISH) -> str:
         for precision in (FP32, AC, GS):
             rec = runs[f"single-{precision}"]
             mb, joules = _mean(rec, "peak_memory_mb"), _mean(rec, "train_joules")
-            per_joule = _mean(rec, "images_per_joule")
             lines.append(
-                f"| {w.name(label)} | single-{precision} | {_num(mb, ',.0f', w)} "
-                f"| {_x(mb, _mean(base, 'peak_memory_mb'), w)} | {_num(joules / 1e3, ',.2f', w)} "
-                f"| {_num(per_joule, ',.0f', w)} | {_x(joules, _mean(base, 'train_joules'), w)} "
-                f"| {cite(rec, w)} |"
+                f"| {w.name(label)} | single-{precision} | {_spread(rec, 'peak_memory_mb', ',.0f', w)} "
+                f"| {_x(mb, _mean(base, 'peak_memory_mb'), w)} "
+                f"| {_spread(rec, 'train_joules', ',.2f', w, 1e-3)} "
+                f"| {_spread(rec, 'images_per_joule', ',.0f', w)} "
+                f"| {_x(joules, _mean(base, 'train_joules'), w)} | {cite(rec, w)} |"
             )
     lines += ["", *[_bullet(label, runs, w) for label, runs in studies.items()]]
     return "\n".join(lines)
