@@ -280,3 +280,49 @@ def test_a_variant_note_gives_the_training_energy_only_where_measured():
     rows = compare.summarize({"single-fp32": {"seeds": [seed, seed]}, "single-autocast": {"seeds": measured}})
     assert "energy" not in view.variant_note(rows[0])
     assert "MB; training energy 2.10 kJ (477 images/J). Its seed runs" in view.variant_note(rows[1])
+
+
+# Which of PAIRS ([tag key, value]) a user sees on the first screen: the value's text, in the chip
+# that also names its key (the page sets the key in bold apart), inside the window and not covered.
+TAGS_SEEN = """(PAIRS).map(([key, value]) => {
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const at = n.data.indexOf(value);
+    const chip = n.parentElement && n.parentElement.parentElement;
+    if (at < 0 || !chip || !chip.textContent.includes(key + ":")) continue;
+    const range = document.createRange();
+    range.setStart(n, at);
+    range.setEnd(n, at + value.length);
+    const r = range.getBoundingClientRect(), y = (r.top + r.bottom) / 2;
+    return [r.left + 1, r.right - 1].every(x => x >= 0 && y >= 0 && x <= innerWidth && y <= innerHeight
+      && chip.contains(document.elementFromPoint(x, y)));
+  }
+  return false;
+})"""
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_variant_runs_page_shows_its_answer_on_the_first_screen(study):
+    """The description (the note) sits below the fold of a run's page; its tags do not, each whole
+    (the page cuts a tag's value at about 40 characters)."""
+    from ampbench.tracking import view
+
+    server, rows, shots = study
+    client = mlflow_client(server.uri)
+    experiment = client.get_experiment_by_name("cifar10-amp").experiment_id
+    row = next(r for r in rows if r["variant"] == "single-autocast")
+    (run_id,) = row["variant_run_ids"]
+    tags = view.answer_tags(row)
+    assert {k: client.get_run(run_id).data.tags[k] for k in tags} == tags
+    url = view.run_link(server.uri, experiment, run_id)
+    pairs = list(tags.items())
+    seen = browse(
+        url,
+        TAGS_SEEN.replace("PAIRS", json.dumps(pairs)),
+        f"document.body.innerText.includes({json.dumps(tags['accuracy'])})",
+        shots / "variant-run-page.png",
+    )
+    assert seen == [True] * len(pairs), (
+        f"{url}: {dict(zip(tags, seen or []))} (see the screenshot in {shots})"
+    )

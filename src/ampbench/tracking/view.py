@@ -32,6 +32,9 @@ SHARE_KEY = "answer"  # store.runs_link puts it in the printed link
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + SHARE_KEY
 NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
 COLOR_TAG = "mlflow.runColor"  # a run's colour in the charts
+# The answer as short tags too: a run's page shows its tags on the first screen, its description
+# (the note) only below the fold, and cuts a tag's value at about 40 characters.
+ANSWER_TAGS = ("speed-up", "accuracy", "images/s", "peak MB", "energy")
 KIND_FILTER = "tags.`ampbench.kind` = 'variant'"
 BASELINE = "single-fp32"
 
@@ -156,6 +159,21 @@ def summary_line(row: dict) -> str:
     )
 
 
+def answer_tags(row: dict) -> dict[str, str]:
+    """The answer line in ANSWER_TAGS pieces (energy only where measured)."""
+    tags = {
+        "speed-up": f"{_num(row['speedup'], '.2f')}x",
+        "accuracy": f"{_num(row['test_accuracy_mean'], '.2f', 100)}% ± "
+        f"{_num(row['test_accuracy_std'], '.2f', 100)} ({_num(row['accuracy_delta'], '+.2f', 100)} pts)",
+        "images/s": _num(row["images_per_second_mean"], ",.0f"),
+        "peak MB": _num(row["peak_memory_mb_mean"], ",.0f"),
+    }
+    joules = row.get("train_joules_mean")
+    if joules is not None and not math.isnan(joules):
+        tags["energy"] = f"{joules / 1e3:,.2f} kJ"
+    return tags
+
+
 def variant_note(row: dict) -> str:
     """A variant run's description: the line, then the same in words."""
     verdict = {"yes": "a significant difference", "no": "no significant difference"}.get(
@@ -225,7 +243,7 @@ def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice
     for row in rows:
         for run_id in row.get("variant_run_ids", []):
             tracker.log_metrics(run_id, answer_metrics(row))
-            tags = {NOTE_TAG: variant_note(row)}
+            tags = {NOTE_TAG: variant_note(row), **answer_tags(row)}
             if row["variant"] in COLORS:
                 tags[COLOR_TAG] = COLORS[row["variant"]]
             tracker.set_tags(run_id, tags)
