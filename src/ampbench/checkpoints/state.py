@@ -98,7 +98,7 @@ class SeedCheckpoint(_SavedFile):
     joules: float | None
     """The partial epoch's energy so far (J, NVML; every rank's GPUs); None where not measured."""
     history: list[dict]
-    """One record per completed epoch (loop.epoch_metrics, plus test_accuracy)."""
+    """One record per completed epoch (step.epoch_metrics, plus test_accuracy)."""
     model: dict
     """The raw model's state_dict (build.Trainer.state)."""
     optimizer: dict
@@ -163,7 +163,7 @@ class ModelFile(_SavedFile):
     result: dict
     """The seed's training result: speed, memory, divergence, the seconds by part, facts."""
     history: list[dict]
-    """One record per trained epoch (loop.epoch_metrics, plus test_accuracy)."""
+    """One record per trained epoch (step.epoch_metrics, plus test_accuracy)."""
     pending_metrics: list | None
     """Epoch metrics the tracking store had not taken when training ended: a re-run sends them."""
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from scipy import stats
 
+from ampbench.report import selfcheck
 from ampbench.report.chart import chart, energy_measured
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ COLUMNS = (
     "devices_used",
     "device_name",
     "amp_dtype",
+    "noisy",
 )
 
 # Per-seed measurements summarised as mean and std (train_joules, images_per_joule: NVML, may be absent).
@@ -95,6 +97,7 @@ def summarize(records: dict[str, dict]) -> list[dict]:
         row["devices_used"] = ",".join(sorted({str(s["devices_used"]) for s in seeds}))
         row["device_name"] = seeds[0].get("device_name", "")
         row["amp_dtype"] = seeds[0].get("amp_dtype", "")
+        row["noisy"] = selfcheck.of_seeds(seeds)  # '' when steady
         row["variant_run_ids"] = sorted({s["variant_run_id"] for s in seeds if s.get("variant_run_id")})
         rows.append(row)
     return rows
@@ -136,6 +139,14 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
             + (joules if energy else "")
             + f"| {r['devices_used']} | {r['amp_dtype']} |"
         )
+    noisy = [f"**{r['variant']}** {r['noisy']}" for r in rows if r.get("noisy")]
+    check = (
+        "Self-check: " + "; ".join(noisy) + ". A noisy variant's images/s is several speeds averaged: "
+        "re-run it on a quiet machine before quoting it."
+        if noisy
+        else f"Self-check: every variant steady (each seed's epochs after the first within "
+        f"{selfcheck.LIMIT:.0%} of their mean (CV), seeds' images/s within {selfcheck.LIMIT:.0%})."
+    )
     device = rows[0]["device_name"] if rows else "?"
     said = (
         "Energy: the GPUs' alone, from NVML's energy counter over each seed's training (all epochs, "
@@ -152,7 +163,7 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
         f"memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. {said}\n"
     )
     title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
-    return title + "\n".join(lines) + "\n" + note
+    return title + "\n".join(lines) + "\n\n" + check + "\n" + note
 
 
 def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "") -> list[dict]:

@@ -109,6 +109,16 @@ def to_markdown(res: dict) -> str:
             f"| {r['ms_per_step']:.2f} | {r['fraction_of_ceiling']:.0%} | {r['tflops']:.1f} "
             f"| {r['peak_memory_mb']:,.0f} | {r['warmup_seconds']:.2f} |"
         )
+    noisy = [f"{r['measure']} {r['variant']} ({r['noisy']})" for r in res["rows"] if r.get("noisy")]
+    lines += [
+        "",
+        "Self-check: "
+        + (
+            "; ".join(noisy) + ": re-run on a quiet machine."
+            if noisy
+            else "every measure's windows within 5% of their mean (CV)."
+        ),
+    ]
     for variant, p in res.get("profiles", {}).items():
         lines += [
             "",

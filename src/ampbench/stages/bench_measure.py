@@ -29,6 +29,7 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ampbench.report import selfcheck
 from ampbench.training import build, loader, measure, parallel, precision
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class Measure:
             "peak_memory_mb": self.peak_mb,
             "amp_dtype": self.facts["amp_dtype"],
             "cuda_graph": self.facts["cuda_graph_used"],
+            "noisy": selfcheck.of_series(ips),  # '' when the windows agree within 5%
         }
 
 

@@ -152,6 +152,12 @@ def to_markdown(res: dict) -> str:
                 f"| {c['host_syncs_per_step']:.1f} "
                 f"| {c['peak_memory_mb']:,.0f} | {c['tflops']:.1f} | {joules} |"
             )
+    lines += [
+        "",
+        _self_check(
+            f"{r['rung']} {c['precision']}" for r in res["rungs"] for c in r["cells"] if c.get("noisy")
+        ),
+    ]
     cross = res.get("crossover")
     if cross:
         names = [k for k in cross["rows"][0] if k != "batch"]
@@ -171,6 +177,16 @@ def to_markdown(res: dict) -> str:
             f"2x {_from_batch(cross, 'autocast_2x_from_batch')}.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _self_check(noisy) -> str:
+    """One line: every measure steady, or which are noisy (report/selfcheck.py)."""
+    noisy = list(noisy)
+    if not noisy:
+        return "Self-check: every cell's windows within 5% of their mean (CV)."
+    return (
+        f"Self-check: noisy (windows vary more than 5%, CV): {', '.join(noisy)}; re-run on a quiet machine."
+    )
 
 
 def _from_batch(cross: dict, key: str) -> str:

@@ -18,6 +18,7 @@ import statistics
 import torch
 
 from ampbench.config import replace
+from ampbench.report import selfcheck
 from ampbench.stages import bench_measure
 from ampbench.training import loader, measure, parallel, precision
 
@@ -154,6 +155,7 @@ def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, 
         "peak_memory_mb": measure.peak_memory_mb(device),
         "tflops": statistics.median(ips) * flops / 1e12,
         "joules_per_image": None if joules is None else joules / images,
+        "noisy": selfcheck.of_series(ips),  # '' when the windows agree within 5%
     }
 
 

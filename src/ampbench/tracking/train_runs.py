@@ -178,8 +178,11 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | No
             )
         }
         summary["diverged"] = int(result["diverged"])
-        optional = ("compile_seconds", "recompiles", "train_joules", "images_per_joule")
-        summary.update({k: result[k] for k in optional if k in result})  # where measured
+        optional = (
+            *("compile_seconds", "recompiles", "train_joules", "images_per_joule"),
+            *("peak_reserved_mb", "warmup_peak_memory_mb", "epoch_cv", "disturbed_epochs"),
+        )
+        summary.update({k: result[k] for k in optional if k in result and result[k] == result[k]})
         summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
         if result["diverged"]:
             summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])

@@ -171,6 +171,8 @@ def answer_tags(row: dict) -> dict[str, str]:
     joules = row.get("train_joules_mean")
     if joules is not None and not math.isnan(joules):
         tags["energy"] = f"{joules / 1e3:,.2f} kJ"
+    if row.get("noisy"):  # report/selfcheck.py: the why is in the description
+        tags["self-check"] = "noisy (see description)"
     return tags
 
 
@@ -186,7 +188,17 @@ def variant_note(row: dict) -> str:
         f"(mean ± std over {row['seeds']} seeds), {_num(row['accuracy_delta'], '+.4f')} against {BASELINE} "
         f"(Welch p = {_num(row['p_value'], '.3f')}: {verdict}); peak memory "
         f"{_num(row['peak_memory_mb_mean'], ',.0f')} MB{_energy(row)}. Its seed runs are nested under "
-        "this run."
+        "this run." + _noisy(row)
+    )
+
+
+def _noisy(row: dict) -> str:
+    """The self-check's finding where the variant is noisy (report/selfcheck.py), else nothing."""
+    if not row.get("noisy"):
+        return ""
+    return (
+        f"\n\nSelf-check: {row['noisy']}. Its images/s is several speeds averaged: re-run it on a "
+        "quiet machine before quoting it."
     )
 
 

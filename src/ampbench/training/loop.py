@@ -10,6 +10,11 @@ Rank 0 saves a ``SeedCheckpoint`` in the loop itself (atomically: ``checkpoints/
 boundary, or at an epoch end (0: at every epoch end). A crash loses at most that many seconds of
 training; a stop signal (SIGTERM, Ctrl-C) always saves. The time a save takes is the seed's
 ``checkpoint_seconds``, and a save mid-epoch does not count as that epoch's training time.
+
+The timed part of an epoch (``measure.timed_region``) runs the steps alone: the metrics sender
+is held back, the cyclic collector is off, energy is read outside the clock, and the estimate's
+log line pauses the clock. Each seed starts from a clean slate (``measure.clean_slate``), so its
+memory and speed do not depend on the seeds before it in the process.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from ampbench.training import build, energy, loader, measure
 from ampbench.training.model import AlexNet, DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionStrategy
-from ampbench.training.step import Totals
+from ampbench.training.step import epoch_metrics
 
 if TYPE_CHECKING:
     from ampbench.training.progress import StageProgress
@@ -68,6 +73,7 @@ def train_seed(job: Job, hooks=None, resume: SeedCheckpoint | None = None, meta:
     ``resume``: the checkpoint to continue from. ``meta``: its ``config_digest``, ``variant`` and
     ``run_id``, written into every checkpoint. A failed checkpoint write raises CheckpointError.
     """
+    measure.clean_slate(job.strategy.device)
     run = SeedTraining(job, hooks or NullHooks(), resume, meta)
     for epoch in range(run.state["epoch"], job.cfg.train.epochs):
         metrics = run.train_epoch(epoch)
@@ -112,8 +118,9 @@ class SeedTraining:
                 "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"]
             )
         self.test = (job.data["test_images"].to(self.device), job.data["test_labels"].to(self.device))
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self.memory = measure.PeakMemory(self.device)
+        self.first_epoch = self.state["epoch"]  # this process's warm-up epoch (capture, autotuning)
+        self.disturbed = 0  # timed epochs a slow metrics send overlapped
         self.result = {"diverged": False, **self.trainer.facts, **job.strategy.facts()}
         self.saves = {"checkpoint_seconds": 0.0, "checkpoints_written": 0}
         self.last_save = time.perf_counter()  # the timer starts with the seed, not at a first save
@@ -123,12 +130,25 @@ class SeedTraining:
 
     def train_epoch(self, epoch: int) -> dict:
         """The epoch's steps (from a resumed step if any); raises Stopped on a requested stop."""
-        t, stats = self.cfg.train, self.step.stats
+        stats = self.step.stats
         first = self.state["step"] if epoch == self.state["epoch"] else 0
         torch.manual_seed((self.job.seed * 100_003 + epoch) * 4099 + self.strategy.rank)  # dropout
         resumed = bool(first and self.state["stats"] is not None)
         stats.reset(self.state["stats"] if resumed else None)
         self.trainer.model.train()
+        if epoch > self.first_epoch:
+            self.memory.warmup_done()
+        with measure.timed_region(self.hooks) as quiet:
+            seconds, joules = self._steps(epoch, first, resumed)
+        self.disturbed += not quiet
+        self.totals = stats.totals(self.strategy)
+        lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
+        scale = float(self.trainer.precision.scale())
+        return epoch_metrics(self.totals, seconds, lr, scale, self._all_joules(joules))
+
+    def _steps(self, epoch: int, first: int, resumed: bool) -> tuple[float, float | None]:
+        """The epoch's steps from step `first`, timed: (seconds, joules). Raises Stopped on a stop."""
+        t, stats, progress = self.cfg.train, self.step.stats, self.job.progress
         # seconds and joules of training; a resumed epoch's first part counts, its saves do not
         clock = measure.EpochClock(self.device, self.energy, *self._before(resumed))
         n = len(self.batches)
@@ -143,8 +163,9 @@ class SeedTraining:
         for i, (images, labels) in enumerate(bar, start=first):
             self.step(images, labels)
             self.trainer.sched.step()
-            if self.job.progress:
-                self.job.progress.step(self.device)
+            if progress and progress.step(self.device):
+                with clock.pause():  # the estimate's log line is not training time
+                    progress.report()
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
             if check and self.strategy.any(self.job.stop_requested()):
@@ -160,11 +181,7 @@ class SeedTraining:
                         seconds,
                         joules if self.strategy.world_size == 1 else None,
                     )
-        seconds, joules = clock.read()
-        self.totals = stats.totals(self.strategy)
-        lr = float(self.trainer.sched.get_last_lr()[0])  # a device tensor when a CUDA graph is used
-        scale = float(self.trainer.precision.scale())
-        return epoch_metrics(self.totals, seconds, lr, scale, self._all_joules(joules))
+        return clock.read()
 
     def _before(self, resumed: bool) -> tuple[float, float | None]:
         """A resumed epoch's first part, from its checkpoint: (seconds, joules); else nothing.
@@ -252,13 +269,15 @@ class SeedTraining:
 
     def summary(self) -> dict:
         hist = self.state["history"]
-        steady = hist[1:] or hist
+        steady = [h["epoch_images_per_second"] for h in hist[1:] or hist]
         self.result.update(
             epochs_completed=len(hist),
             train_seconds=sum(h["epoch_seconds"] for h in hist),
             first_epoch_seconds=hist[0]["epoch_seconds"] if hist else math.nan,
-            images_per_second=sum(h["epoch_images_per_second"] for h in steady) / max(1, len(steady)),
-            peak_memory_mb=measure.peak_memory_mb(self.device),
+            images_per_second=sum(steady) / max(1, len(steady)),
+            epoch_cv=measure.spread(steady),  # the self-check: > 5% marks the variant noisy
+            disturbed_epochs=self.disturbed,
+            **self.memory.facts(),
             **energy.of_seed(hist),
             final_train_accuracy=hist[-1]["train_accuracy"] if hist else math.nan,
             final_test_accuracy=hist[-1].get("test_accuracy", math.nan) if hist else math.nan,
@@ -273,20 +292,3 @@ class SeedTraining:
         if self.probe is None:
             return "not recorded under train.compile"
         return self.probe.fact() or "not recorded (no training step ran)"
-
-
-def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float, joules: float | None) -> dict:
-    """The epoch's record (flat keys; tracking maps them to MLflow's sectioned names); its energy
-    only where measured (`energy.Energy`)."""
-    measured = {} if joules is None else {"epoch_joules": joules}
-    return {
-        **measured,
-        "train_loss": totals.loss_sum / totals.finite if totals.finite else math.nan,  # finite-loss steps
-        "train_accuracy": totals.correct / max(1, totals.count),
-        "epoch_seconds": seconds,
-        "epoch_images_per_second": totals.count / seconds,
-        "lr": lr,
-        "grad_scale": scale,
-        "skipped_steps": totals.skipped,
-        "nonfinite_losses": totals.nonfinite,
-    }

@@ -113,13 +113,15 @@ class StageProgress:
             self.bar.n = done
             self.bar.refresh()
 
-    def step(self, device: torch.device | None = None) -> None:
-        """One training step is done (its kernels may still run: syncs only to time the window)."""
+    def step(self, device: torch.device | None = None) -> bool:
+        """One training step is done (its kernels may still run: syncs only to time the window).
+        True once the step time is measured: the caller then calls :meth:`report` (outside its
+        clock: the estimate is a log line, not training)."""
         self.step_in_epoch += 1
         if self.bar is not None:
             self.bar.update()
         if self.step_s is not None:
-            return
+            return False
         self._calls += 1
         if self._calls == self.warmup_steps:
             sync(device)
@@ -130,7 +132,8 @@ class StageProgress:
             if self._timed >= self.min_timed_steps and elapsed >= self.min_timed_s:
                 sync(device)
                 self.step_s = (time.perf_counter() - self._t0) / self._timed
-                self.report()
+                return True
+        return False
 
     def epoch_done(self, device: torch.device | None = None) -> None:
         """An epoch ended (after evaluation and checkpoint). Estimates now if the epoch was short."""

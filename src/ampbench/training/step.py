@@ -9,6 +9,7 @@ graph where the parallel strategy allows it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -129,3 +130,20 @@ class Step:
         # writer) may touch CUDA while this one captures; in global mode that breaks the capture.
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self._run(*self.static)
+
+
+def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float, joules: float | None) -> dict:
+    """The epoch's record (flat keys; tracking maps them to MLflow's sectioned names); its energy
+    only where measured (`energy.Energy`)."""
+    measured = {} if joules is None else {"epoch_joules": joules}
+    return {
+        **measured,
+        "train_loss": totals.loss_sum / totals.finite if totals.finite else math.nan,  # finite-loss steps
+        "train_accuracy": totals.correct / max(1, totals.count),
+        "epoch_seconds": seconds,
+        "epoch_images_per_second": totals.count / seconds,
+        "lr": lr,
+        "grad_scale": scale,
+        "skipped_steps": totals.skipped,
+        "nonfinite_losses": totals.nonfinite,
+    }
