@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ampbench.report import selfcheck
 from ampbench.report.claims import (
     AC,
     ALPHA,
@@ -51,7 +52,13 @@ def _speed_table(studies: dict, variants: tuple[str, ...], w: Words) -> list[str
                 f"| {w.name(label)} | single-{v} | {mean_std(rec, 'images_per_second', 0, w)} "
                 f"| {mean_std(rec, 'train_seconds', 1, w)} | {ms} | {setting(rec, w)} | {cite(rec, w)} |"
             )
-    return lines
+    noisy = [
+        f"{w.name(label)} single-{v}: {verdict}"
+        for label, runs in studies.items()
+        for v in variants
+        if (verdict := selfcheck.of_seeds(runs[f"single-{v}"]["seeds"]))
+    ]
+    return [*lines, "", w("speed.noisy", which=w.list(noisy, "; ")) if noisy else w("speed.steady")]
 
 
 def _bench_rows(bench: dict | None) -> dict[tuple[str, str], dict]:

@@ -37,6 +37,10 @@ EN = {
     "graph.no": "eager",
     # ------------------------------------------------------------------ claims 1 and 2
     "speed.head": "| study | variant | images/s | train s | ms/step | setting | MLflow runs |",
+    "speed.steady": "Self-check: every figure above is steady (each seed's epochs after the first "
+    "within 5% of their mean (coefficient of variation), its seeds' images/s within 5% of each other).",
+    "speed.noisy": "Self-check, noisy: {which}. A noisy figure averages several speeds: re-run it on a "
+    "quiet machine before quoting it.",
     "bench.run": "bench run `{run_id}`",
     "bench.untracked": "bench file, untracked: no MLflow run",
     "time.bench": "Where the time goes (`ampbench bench`, {hardware}, batch {batch}; {source}): the "

@@ -36,6 +36,9 @@ ZH = {
     "graph.no": "eager",
     # ------------------------------------------------------------------ 论断 1 和 2
     "speed.head": "| 研究 | 变体 | 图像/秒 | 训练秒数 | 毫秒/步 | 设置 | MLflow 运行 |",
+    "speed.steady": "自检：上表各数字均稳定（每个种子第一个 epoch 之后的各 epoch 与其均值相差在 5% 以内（变异系数），"
+    "各种子的图像/秒彼此相差在 5% 以内）。",
+    "speed.noisy": "自检，有噪声：{which}。有噪声的数字是几种速度的平均：引用前请在空闲的机器上重新测量。",
     "bench.run": "bench 运行 `{run_id}`",
     "bench.untracked": "bench 文件，未跟踪：没有 MLflow 运行",
     "time.bench": "时间花在哪里（`ampbench bench`，{hardware}，batch {batch}；{source}）：教程的输入管线 "
