@@ -12,19 +12,25 @@ py-spy record --gil --threads --rate 200 --format raw -o "$raw" -- \
     python3 -m ampbench train --parallel "$parallel" --precision "$precision" --fresh
 python3 - "$raw" <<'PY'
 import collections, re, sys
-threads, mods = collections.Counter(), collections.Counter()
+# py-spy's raw format: "frame;frame;... count"; with --threads one frame names the thread
+# ("thread (0x...)"); the frames after it run from the thread's entry to the sampled line.
+share, files = collections.Counter(), collections.Counter()
+entry = collections.defaultdict(collections.Counter)
 for line in open(sys.argv[1]):
     stack, _, n = line.rstrip().rpartition(" ")
     frames = stack.split(";")
-    thread = re.sub(r"\s*\(?0x[0-9a-f]+\)?", "", frames[0]).strip() or "?"
-    threads[thread] += int(n)
-    top = next((f for f in reversed(frames[1:]) if "(" in f), "")
-    mods[(thread, re.sub(r".*\((.*?):\d+\).*", r"\1", top))] += int(n)
-total = sum(threads.values()) or 1
-print("GIL-holding samples by thread:")
-for t, n in threads.most_common():
-    print(f"  {n / total:6.1%}  {t}")
-print("top files by thread:")
-for (t, m), n in mods.most_common(15):
-    print(f"  {n / total:6.1%}  {t}: {m}")
+    at = next((i for i, f in enumerate(frames) if f.startswith("thread")), 0)
+    tid, rest = frames[at], frames[at + 1 :]
+    share[tid] += int(n)
+    ours = [f for f in rest if "ampbench" in f or "threading.py" in f]
+    entry[tid][ours[1] if len(ours) > 1 else (rest[0] if rest else "?")] += int(n)
+    leaf = re.sub(r":\d+\)$", ")", rest[-1]) if rest else "?"
+    files[(tid, leaf)] += int(n)
+total = sum(share.values()) or 1
+print(f"GIL-holding samples: {total}")
+for tid, n in share.most_common():
+    print(f"  {n / total:6.1%}  {tid}  (entered at {entry[tid].most_common(1)[0][0]})")
+print("most sampled lines:")
+for (tid, leaf), n in files.most_common(12):
+    print(f"  {n / total:6.1%}  {tid}: {leaf}")
 PY
