@@ -12,7 +12,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m compileall -q -j 0 /tmp/site src >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 mkdir -p .venv/bin
-ln -sf "$(command -v python3)" .venv/bin/python
+# a launcher, not a link: a linked python without pyvenv.cfg beside it loses its own venv
+printf '#!/bin/sh\nexec "%s" "$@"\n' "$(command -v python3)" >.venv/bin/python
+chmod +x .venv/bin/python
 for tool in ampbench dvc; do
     printf '#!/bin/sh\nexec "%s" -m %s "$@"\n' "$(command -v python3)" "$tool" >.venv/bin/$tool
     chmod +x .venv/bin/$tool
