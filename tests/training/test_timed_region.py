@@ -150,3 +150,22 @@ def test_peak_memory_facts_on_cpu_are_the_process_peak():
 def test_spread_of_an_epoch_series(values, cv):
     got = measure.spread(values)
     assert (got != got and cv != cv) or got == pytest.approx(cv)
+
+
+@pytest.mark.slow  # a sampler process importing MLflow
+def test_the_system_metrics_sampler_is_sampling_before_training_starts(tmp_path):
+    """Its start (imports, NVML, the store) must not overlap the first seed's timed epochs."""
+    from tests.conftest import empty_store, mlflow_client
+
+    from ampbench.tracking.train_runs import SystemMetrics
+
+    store = empty_store(tmp_path / "mlflow.db")
+    client = mlflow_client(f"sqlite:///{store}")
+    run = client.create_run(client.create_experiment("sampler"))
+    t0 = time.perf_counter()
+    sampler = SystemMetrics(run.info.run_id, f"sqlite:///{store}")
+    started = time.perf_counter() - t0
+    assert sampler.proc.poll() is None, "the sampler is running when the constructor returns"
+    sampler.finish()
+    assert sampler.proc.returncode == 0
+    assert started > 0.2, f"returned after {started:.2f} s: it did not wait for the sampler's start"

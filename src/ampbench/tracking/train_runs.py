@@ -211,10 +211,27 @@ class SystemMetrics:
     took the GIL every second and cost the AMP variants about 10% of their images/s on an H200
     (docs/BENCHMARKS.md); with a warm-start server the process is a fork that starts at once."""
 
-    def __init__(self, run_id: str, uri: str) -> None:
+    READY = b"sampling\n"
+
+    def __init__(self, run_id: str, uri: str, ready_timeout_s: float = 60.0) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ampbench", "system-metrics", run_id, uri], stdin=subprocess.PIPE
+            [sys.executable, "-m", "ampbench", "system-metrics", run_id, uri],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
+        self._wait_ready(ready_timeout_s)
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Until the sampler samples: its start (imports, NVML, the store) is seconds of work a
+        plain process does beside the first seed otherwise, whose epochs then ran ~30% slower on
+        the H200 host. Without the line in time (or a sampler that died) training goes on."""
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else b""
+        if line != self.READY:
+            log.warning("system metrics: the sampler did not start within %.0f s; training goes on", timeout)
 
     def finish(self) -> None:
         """Stop sampling: the sampler logs what it holds and ends the run's system metrics."""
@@ -226,6 +243,8 @@ class SystemMetrics:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
 
 
 def system_metrics_main(run_id: str, uri: str) -> int:
@@ -235,6 +254,8 @@ def system_metrics_main(run_id: str, uri: str) -> int:
     # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
     monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True, tracking_uri=uri)
     monitor.start()
+    sys.stdout.buffer.write(SystemMetrics.READY)  # the trainer waits for this line
+    sys.stdout.buffer.flush()
     try:
         sys.stdin.buffer.readline()  # "stop", or EOF when the training process is gone
     finally:
