@@ -46,6 +46,7 @@ class EpochHooks:
         self._closed = False
         self._held = False  # a timed epoch runs: no send may start (guarded by _wake)
         self._sending = False  # a send is in flight (guarded by _wake)
+        self._parked = not background  # the sender waits on _wake, running nothing (guarded by _wake)
         self._sender = None
         if background:
             self._sender = threading.Thread(target=self._send_loop, daemon=True, name="epoch-metrics")
@@ -65,7 +66,8 @@ class EpochHooks:
         none until ``release()``. False when a send is still in flight (a slow store)."""
         with self._wake:
             self._held = True
-            return self._wake.wait_for(lambda: not self._sending, timeout)
+            # parked, not just idle: between two sends the sender still runs a few lines of Python
+            return self._wake.wait_for(lambda: self._parked or self._closed, timeout)
 
     def release(self) -> None:
         """The timed region ended: pending metrics may go."""
@@ -79,7 +81,10 @@ class EpochHooks:
                 # No timed wait: woken by on_epoch, release and close only (the loop's thread,
                 # outside its clock), so this thread never runs while an epoch is timed.
                 while not self._closed and (self._held or not self.state() or self._too_soon()):
+                    self._parked = True
+                    self._wake.notify_all()  # a hold() waiting for the sender to park
                     self._wake.wait()
+                    self._parked = False
                 closed, self._sending = self._closed, True
             try:
                 sent = self.flush(quiet=True)
@@ -92,7 +97,10 @@ class EpochHooks:
                     return
                 with self._wake:  # the store refused: try again with the next epoch's metrics
                     if not self._closed:  # set under this lock: close() cannot slip in between
+                        self._parked = True
+                        self._wake.notify_all()
                         self._wake.wait()
+                        self._parked = False
 
     def _too_soon(self) -> bool:
         return time.monotonic() - self._last_send < self.send_every_s

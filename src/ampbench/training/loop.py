@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from ampbench.training.progress import StageProgress
 
 log = logging.getLogger(__name__)
+# tqdm's monitor thread wakes every 10 s to look at the bars: Python code beside the timed steps.
+tqdm.monitor_interval = 0
 
 
 class Stopped(Exception):
