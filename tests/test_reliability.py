@@ -938,7 +938,7 @@ def _import_closure(module: str) -> set[str]:
 def _command_code(command: str) -> set[Path]:
     """The files `ampbench <command>` runs: the CLI, the command's main (cli.COMMANDS) and their
     imports, and the processes they start as `python -m ampbench [helper]` (torchrun's workers, the
-    checkpoint writer, the system-metrics sampler), found by those names in the code."""
+    system-metrics sampler), found by those names in the code."""
     from ampbench import cli
 
     modules = _import_closure("ampbench.cli") | _import_closure(cli.COMMANDS[command].split(":")[0])

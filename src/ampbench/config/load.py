@@ -1,7 +1,7 @@
 """Reading ``params.yaml``: the YAML, the ``--set`` overrides, each value against its field's type.
 
 ``load_config`` collects every problem before it reports: unknown keys, wrong
-types, then the ranges and bounds of ``config_rules.py``, all in one ConfigError.
+types, then the ranges and bounds of ``config/rules.py``, all in one ConfigError.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The data set: fetched and verified (``fetch``), read and prepared as one tensor file (``dataset``)."""
+"""The data set: fetched and verified (``fetch``), read and prepared as one tensor file (``prepared``)."""

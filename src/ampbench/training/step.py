@@ -126,8 +126,8 @@ class Step:
             raise RuntimeError("CUDA graph needs a tensor learning rate (set train.cuda_graph false)")
         self.static = (images.clone(), labels.clone())
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (DataLoader pin-memory, NCCL watchdog, the checkpoint
-        # writer) may touch CUDA while this one captures; in global mode that breaks the capture.
+        # thread_local: other threads (DataLoader pin-memory, NCCL watchdog, the metrics sender)
+        # may touch CUDA while this one captures; in global mode that breaks the capture.
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self._run(*self.static)
 
