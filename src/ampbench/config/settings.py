@@ -47,9 +47,9 @@ COMPILE_MODES = ("none", "default", "max-autotune-no-cudagraphs")  # train.compi
 SWITCHES = ("auto", "always", "never")  # not on/off: YAML reads those as booleans
 CONDITIONS = ("project", "tutorial", "demo")  # which study a run belongs to (tracking.conditions)
 MODEL_LOGGING = ("reference", "export", "none")  # tracking.log_model
-# the training loop (training/loop.py) seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay below 2**64
-# (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31 leave room for
-# over 10**15 epochs. Seeds index repetitions of a run: 0 is the floor.
+# training/loop.py seeds torch with (seed * 100_003 + epoch) * 4099 + rank, which must stay
+# below 2**64 (torch.manual_seed / Generator.manual_seed overflow beyond): seeds below 2**31
+# leave room for over 10**15 epochs. Seeds index repetitions of a run: 0 is the floor.
 SEED_LIMIT = 2**31
 
 
