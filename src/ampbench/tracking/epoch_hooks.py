@@ -58,8 +58,14 @@ class EpochHooks:
         if self._sender is None:
             self.flush(quiet=True)
             return
+        self._wake_sender()
+
+    def _wake_sender(self) -> None:
+        """Let the sender look again; it counts as running until it parks again, so a hold()
+        right after waits for that instead of seeing the flag of its last wait."""
         with self._wake:
-            self._wake.notify_all()  # the sender, or a hold() waiting
+            self._parked = self._sender is None  # no sender: nothing ever runs beside the loop
+            self._wake.notify_all()
 
     def hold(self, timeout: float | None = None) -> bool:
         """A timed region begins: wait for a send in flight (at most ``timeout`` seconds), start
@@ -73,7 +79,7 @@ class EpochHooks:
         """The timed region ended: pending metrics may go."""
         with self._wake:
             self._held = False
-            self._wake.notify_all()
+        self._wake_sender()
 
     def _send_loop(self) -> None:
         while True:

@@ -28,6 +28,8 @@ import json
 import math
 import zlib
 
+from ampbench.tracking import studies
+
 SHARE_KEY = "answer"  # store.runs_link puts it in the printed link
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + SHARE_KEY
 NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
@@ -35,7 +37,8 @@ COLOR_TAG = "mlflow.runColor"  # a run's colour in the charts
 # The answer as short tags too: a run's page shows its tags on the first screen, its description
 # (the note) only below the fold, and cuts a tag's value at about 40 characters.
 ANSWER_TAGS = ("speed-up", "accuracy", "images/s", "peak MB", "energy")
-KIND_FILTER = "tags.`ampbench.kind` = 'variant'"
+KIND_FILTER = studies.KIND_FILTER
+
 BASELINE = "single-fp32"
 
 # The answer as metrics: (key of a report.compare row, MLflow metric name, scale, digits kept).
@@ -96,8 +99,8 @@ def _bar(uuid: str, section: str, metric: str) -> dict:
     }
 
 
-def view_state() -> dict:
-    """The shared view: the nine variant runs with their answer line, and the answer charts first."""
+def view_state(study: str | None = None) -> dict:
+    """The shared view: the study's variant runs with their answer line, and the answer charts first."""
     metrics = [name for _, name, _, _ in ANSWER]
     # The description (its first line is the answer) only: a metric column adds a header row to
     # the table and the ninth row falls off a 800-pixel screen. The numbers are the charts' (and
@@ -105,7 +108,7 @@ def view_state() -> dict:
     columns = [DESCRIPTION]
     charts = [_bar(f"answer-{i}", "answer-section", m) for i, m in enumerate(metrics)]
     return {
-        "searchFilter": KIND_FILTER,
+        "searchFilter": studies.runs_filter(study),
         "orderByKey": f"metrics.`{ANSWER[0][1]}`",
         "orderByAsc": False,
         "startTime": "ALL",
@@ -128,9 +131,13 @@ def view_state() -> dict:
     }
 
 
-def ensure_shared_view(client, experiment) -> None:
-    """Give the experiment (an mlflow Experiment) the shared view the printed link opens."""
-    value = encode(view_state())
+def ensure_shared_view(client, experiment, study: str | None = None) -> None:
+    """Give the experiment (an mlflow Experiment) the shared view the printed link opens: of
+    `study`, or of the study the view already shows (a later stage's process keeps it)."""
+    current = experiment.tags.get(SHARED_VIEW_TAG)
+    if study is None and current:
+        study = studies.of_filter(decode(current).get("searchFilter", ""))
+    value = encode(view_state(study))
     if experiment.tags.get(SHARED_VIEW_TAG) != value:
         client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG, value)
 
@@ -252,16 +259,23 @@ def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice
 
     Not an experiment description: the UI shows it above the runs table, which pushes the
     ninth variant off a 800-pixel screen."""
+    study = compare_run_id
+    ours = {run_id for row in rows for run_id in row.get("variant_run_ids", [])}
     for row in rows:
         for run_id in row.get("variant_run_ids", []):
             tracker.log_metrics(run_id, answer_metrics(row))
-            tags = {NOTE_TAG: variant_note(row), **answer_tags(row)}
+            tags = {
+                NOTE_TAG: variant_note(row),
+                **answer_tags(row),
+                **({studies.STUDY_TAG: study} if study else {}),
+            }
             if row["variant"] in COLORS:
                 tags[COLOR_TAG] = COLORS[row["variant"]]
             tracker.set_tags(run_id, tags)
     if compare_run_id:
-        tracker.set_tags(compare_run_id, {NOTE_TAG: study_note(rows, notice)})
-    ensure_shared_view(tracker.client, tracker.client.get_experiment(tracker.experiment_id()))
+        tracker.set_tags(compare_run_id, {NOTE_TAG: study_note(rows, notice), studies.STUDY_TAG: study})
+        studies.mark_earlier(tracker, ours, study)
+    ensure_shared_view(tracker.client, tracker.client.get_experiment(tracker.experiment_id()), study)
 
 
 def run_link(base: str, experiment_id: str, run_id: str) -> str:
