@@ -15,9 +15,8 @@ from pathlib import Path
 import yaml
 
 import ampbench.config.rules as config_rules
-from ampbench.config import strict
 from ampbench.config.settings import Config, ConfigError
-from ampbench.config.strict import cut, shown
+from ampbench.config.strict import cut, read_params, shown
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -145,7 +144,7 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
 
 def _read_params(path: Path) -> dict:
     """The parsed params file as a non-empty mapping, or a ConfigError saying what is wrong with it."""
-    raw = strict.read_params(path)
+    raw = read_params(path)
     if raw is None or raw == {}:
         # Running on code defaults would silently train the full study (and download CIFAR-10).
         raise ConfigError(
