@@ -69,6 +69,8 @@ EXPECTED_ERRORS = {
     ("ampbench", "TrackingError"),
     ("ampbench", "ResumeError"),
     ("ampbench", "CheckpointError"),
+    ("ampbench", "TrainingBusyError"),
+    ("ampbench", "ParamsChangedError"),
     ("builtins", "FileNotFoundError"),
     ("builtins", "ValueError"),
 }
