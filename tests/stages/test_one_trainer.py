@@ -82,7 +82,9 @@ def test_orphaned_ddp_workers_keep_a_new_launcher_out_until_they_end(tmp_path):
 
 def test_a_worker_whose_launcher_is_gone_trains_nothing(tmp_path):
     gone = pytest.raises(train_lock.TrainingBusyError, match="launcher .* is gone")
-    with gone, train_lock.join(tmp_path, launcher=os.getpid()):  # not this process's parent
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with gone, train_lock.join(tmp_path, launcher=dead.pid):
         pass
 
 
@@ -155,6 +157,6 @@ def test_sighup_stops_training_like_sigterm_with_a_checkpoint(tmp_path, procs):
     assert proc.wait(120) == 128 + signal.SIGHUP
     log = (project / "train.log").read_text()
     assert "SIGHUP received" in log and "To resume, run the same command again" in log, log[-3000:]
-    assert load_pt(project / WORK / "seed-0" / "checkpoint.pt")["step"] >= 0
+    assert "checkpoint saved" in log and load_pt(project / WORK / "seed-0" / "checkpoint.pt")["epoch"] >= 1
     assert [r.info.status for r in runs(project, kind="seed")] == ["KILLED"]
     assert not (project / WORK / train_lock.LOCK).exists()

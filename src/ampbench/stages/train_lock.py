@@ -103,13 +103,22 @@ def _clear_workers(work: Path) -> list[int] | None:
     return None
 
 
+def _alive(pid: int) -> bool:
+    """``pid`` runs (not a zombie). Not ``os.getppid() == pid``: under a warm server (make run) a
+    worker is a fork of the server, not a child of its launcher."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 @contextlib.contextmanager
 def join(work: Path, launcher: int) -> Iterator[None]:
     """A DDP worker of the launcher ``launcher`` (which holds the variant's lock) trains under it."""
     path = work / WORKERS
     fd = _open_locked(path, fcntl.LOCK_SH)  # blocking: a launcher's probe lasts microseconds
     try:
-        if os.getppid() != launcher:  # the launcher died before this worker joined: a new one may run
+        if not _alive(launcher):  # it died before this worker joined: a new launcher may be running
             raise TrainingBusyError(f"the DDP launcher (pid {launcher}) is gone: this worker trains nothing")
         yield
     finally:
