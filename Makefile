@@ -19,8 +19,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-# A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo.
-DATA_URL = $(if $(findstring ://,$(DATA)),$(DATA),$(abspath $(DATA)))
+# A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo. Not by
+# $(abspath): make splits its argument at spaces, so `DATA="/my data/c.tar.gz"` gave two paths.
+DATA_URL = $(if $(or $(findstring ://,$(DATA)),$(filter /%,$(firstword $(DATA)))),$(DATA),$(CURDIR)/$(DATA))
+# $(call q,TEXT): TEXT as one shell word, whatever spaces or quotes it holds.
+q = '$(subst ','\'',$(1))'
 
 .PHONY: install run demo tutorial plots findings explain test test-fast lint clean clean-demo clean-tutorial
 
@@ -39,16 +42,16 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # a stop (Ctrl-C, SIGTERM) told as one line: the train stage says what it saved, where, and the
 # command below that resumes. The recipe traps the signal so that it can finish; make, which got
 # it too, then exits by it (130, 143) without a line of its own.
-RESUME = make $@$(if $(DATA), DATA=$(DATA))
-DVC_RUN = AMPBENCH_RESUME_COMMAND='$(RESUME)' $(abspath $(PY)) -m ampbench.dvc_run
+RESUME = make $@$(if $(DATA), DATA=$(call q,$(DATA)))
+DVC_RUN = AMPBENCH_RESUME_COMMAND=$(call q,$(RESUME)) $(abspath $(PY)) -m ampbench.dvc_run
 STOPPABLE = trap 'signalled=1' INT TERM; $(DVC_RUN) $(1); status=$$?; \
 	if [ -n "$$signalled" ] && [ $$status -eq 130 -o $$status -eq 143 ]; then exit 0; fi; exit $$status
 
 run: install
 	-ampbench estimate
 ifdef DATA
-	@echo "dvc exp run -S 'data.url=$(DATA_URL)'"
-	@$(call STOPPABLE,exp run -S 'data.url=$(DATA_URL)')
+	@echo dvc exp run -S $(call q,$(call q,data.url=$(DATA_URL)))
+	@$(call STOPPABLE,exp run -S $(call q,data.url=$(DATA_URL)))
 else
 	@echo "dvc repro"
 	@$(call STOPPABLE,repro)
@@ -67,14 +70,14 @@ endif
 demo: install
 	@cmp -s dvc.yaml demo/dvc.yaml || { echo "demo/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml demo/dvc.yaml; }
 ifdef DATA
-	sed -i 's|^  url: .*|  url: $(DATA_URL)|' demo/params.yaml
+	sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) demo/params.yaml
 endif
 	@echo "cd demo && dvc repro"
 	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && $(call STOPPABLE,repro)
 	@echo "The comparison: demo/reports/comparison.md; in DVC: cd demo && dvc metrics show"
 
 explain: install
-	@test -f data/prepared/cifar10.pt || ampbench download $(if $(DATA),--set 'data.url=$(DATA_URL)')
+	@test -f data/prepared/cifar10.pt || ampbench download $(if $(DATA),--set $(call q,data.url=$(DATA_URL)))
 	ampbench explain
 
 # tutorial/ follows demo/'s pattern (a dvc.yaml copy, src -> ../src, its own params.yaml): the
@@ -84,7 +87,7 @@ explain: install
 tutorial: install
 	@cmp -s dvc.yaml tutorial/dvc.yaml || { echo "tutorial/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml tutorial/dvc.yaml; }
 ifdef DATA
-	sed -i 's|^  url: .*|  url: $(DATA_URL)|' tutorial/params.yaml
+	sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) tutorial/params.yaml
 endif
 	@echo "cd tutorial && dvc repro"
 	@cd tutorial && export DVC_ROOT=$(CURDIR) && $(call STOPPABLE,repro)

@@ -69,6 +69,8 @@ EXPECTED_ERRORS = {
     ("ampbench", "TrackingError"),
     ("ampbench", "ResumeError"),
     ("ampbench", "CheckpointError"),
+    ("ampbench", "TrainingBusyError"),
+    ("ampbench", "ParamsChangedError"),
     ("builtins", "FileNotFoundError"),
     ("builtins", "ValueError"),
 }
@@ -128,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
     )
+    c.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare variants trained with different settings (refused otherwise), the table labelled so",
+    )
     cli_options.add_variant(
         sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
     )
@@ -160,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in HELPERS:
         return _function(HELPERS[argv[0]])(*argv[1:])
     args = _parser().parse_args(argv)
+    _printable_output()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -191,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", line)
             return EXIT_ERROR
         raise
+
+
+def _printable_output() -> None:
+    """Whatever the terminal's encoding (``PYTHONIOENCODING=ascii``, a C locale), printing a report
+    (± and Δ in compare's table) never fails: a character stdout cannot encode prints as '?'."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="replace")
 
 
 def debugging(args) -> bool:

@@ -33,7 +33,8 @@ from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
-STOP_STATUS = {code: sig for sig in (signal.SIGINT, signal.SIGTERM) for code in (128 + sig, -sig)}
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
 INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
 FAILED = re.compile(r"failed to reproduce '(?P<stage>[^']+)'.*exited with (?P<status>-?\d+)", re.S)
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"

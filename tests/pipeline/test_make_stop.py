@@ -78,7 +78,7 @@ def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: P
         r"stopped at epoch (\d+) step (\d+); checkpoint saved in checkpoints/single-fp32/\. (.*)", out
     )
     assert stop, out
-    assert stop[3] == f"To resume: make run DATA={archive}"
+    assert stop[3] == f"To resume: make run DATA='{archive}'"  # quoted: a path with spaces pastes whole
     for noise in ("ERROR", "make: ***", "No file hash info", "Traceback"):
         assert noise not in out, out
 

@@ -16,6 +16,7 @@ import yaml
 
 import ampbench.config.rules as config_rules
 from ampbench.config.settings import Config, ConfigError
+from ampbench.config.strict import cut, read_params, shown
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -42,26 +43,26 @@ def _check_value(key: str, value: object, hint: typing.Any, problems: list[str])
     origin = typing.get_origin(hint)
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or not value:
-            problems.append(f"{key}: expected a non-empty list, got {value!r}")
+            problems.append(f"{key}: expected a non-empty list, got {shown(value)}")
             return value
         return tuple(_check_value(f"{key}[{i}]", v, int, problems) for i, v in enumerate(value))
     if key in _WERE_BOOLEAN and isinstance(value, bool):
-        problems.append(f"{key}: {value!r} {_WERE_BOOLEAN[key]}")
+        problems.append(f"{key}: {shown(value)} {_WERE_BOOLEAN[key]}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            problems.append(f"{key}: expected true or false, got {value!r}")
+            problems.append(f"{key}: expected true or false, got {shown(value)}")
         return value
     if hint is float:
         value = _as_float(value)
         if isinstance(value, float) and not math.isfinite(value):
             # inf passes every `> 0` check, then overflows timers or means "never" without a word
-            problems.append(f"{key}: expected a finite number, got {value!r}")
+            problems.append(f"{key}: expected a finite number, got {shown(value)}")
             return value
     if key in _TEXT_KEYS and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # YAML read an all-digit checksum as a number
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
-        problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+        problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {shown(value)}")
     return value
 
 
@@ -79,7 +80,7 @@ def _as_float(value: object) -> object:
 
 def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
     if not isinstance(raw, dict):
-        problems.append(f"{prefix.rstrip('.') or 'params'}: expected a mapping, got {raw!r}")
+        problems.append(f"{prefix.rstrip('.') or 'params'}: expected a mapping, got {shown(raw)}")
         return cls()
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
@@ -87,7 +88,7 @@ def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
         if f"{prefix}{key}" in _REMOVED:
             problems.append(f"{prefix}{key}: {_REMOVED[prefix + key]}")
         elif key not in known:
-            problems.append(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+            problems.append(f"{cut(f'{prefix}{key}')}: unknown key (known: {', '.join(sorted(known))})")
     values = {}
     for f in fields(cls):
         if f.name in raw:
@@ -105,7 +106,7 @@ def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
 def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
     key, sep, text = item.partition("=")
     if not sep or "." not in key:
-        problems.append(f"--set {item!r}: expected section.key=value, e.g. train.epochs=1")
+        problems.append(f"--set {shown(item)}: expected section.key=value, e.g. train.epochs=1")
         return
     section, name = key.strip().split(".", 1)
     try:
@@ -113,8 +114,8 @@ def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or type(err).__name__  # e.g. "expected ',' or ']'"
         problems.append(
-            f"{key.strip()}: {text!r} is not valid YAML ({problem}); write a list as [0, 1], "
-            f"quote text that starts with @, `, [ or {{ (from --set {item!r} or a command-line option)"
+            f"{cut(key.strip())}: {shown(text)} is not valid YAML ({problem}); write a list as [0, 1], "
+            f"quote text that starts with @, `, [ or {{ (from --set {shown(item)} or a command-line option)"
         )
         return
     raw.setdefault(section, {})
@@ -143,19 +144,7 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
 
 def _read_params(path: Path) -> dict:
     """The parsed params file as a non-empty mapping, or a ConfigError saying what is wrong with it."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
-    except IsADirectoryError:
-        raise ConfigError(f"--params {path}: is a folder, not a file; pass the params.yaml in it") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"--params {path}: not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r}); "
-            "save it as UTF-8 or pass the right file"
-        ) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = read_params(path)
     if raw is None or raw == {}:
         # Running on code defaults would silently train the full study (and download CIFAR-10).
         raise ConfigError(

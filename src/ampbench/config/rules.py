@@ -20,6 +20,7 @@ from ampbench.config.settings import (
     VARIANT_AXES,
     Config,
 )
+from ampbench.config.strict import shown
 
 _SHA256_RULE = 'must be 64 hexadecimal characters or empty (all digits or a leading 0: quote it, "0123...")'
 
@@ -41,7 +42,7 @@ MODEL_MEMORY_LIMIT = 2**40
 def problems(cfg: Config) -> list[str]:
     """Every range or bound cfg breaks, one line each (empty: all good)."""
     rules = _train_rules(cfg) + _other_rules(cfg)
-    found = [f"{key}: {_get(cfg, key)!r} {why}" for key, ok, why in rules if not ok]
+    found = [f"{key}: {shown(_get(cfg, key))} {why}" for key, ok, why in rules if not ok]
     return found + _seed_ranges(cfg.train.seeds) + _bounds(cfg)
 
 
@@ -95,7 +96,8 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
 
 def _seed_ranges(seeds: tuple[int, ...]) -> list[str]:
     """Seeds the RNG arithmetic can take (see SEED_LIMIT); checked here, before any run exists."""
-    return [f"train.seeds: {s} must be in [0, {SEED_LIMIT - 1}]" for s in seeds if not 0 <= s < SEED_LIMIT]
+    bad = [s for s in seeds if not 0 <= s < SEED_LIMIT]
+    return [f"train.seeds: {shown(s)} must be in [0, {SEED_LIMIT - 1}]" for s in bad]
 
 
 def alexnet_parameters(fc_dim: int, batch_norm: bool = True, num_classes: int = CIFAR_CLASSES) -> int:
@@ -125,7 +127,7 @@ def _model_memory(cfg: Config) -> str:
     if need <= MODEL_MEMORY_LIMIT:
         return ""
     return (
-        f"model.fc_dim: {m.fc_dim} makes a model of {params:,} parameters; training it needs "
+        f"model.fc_dim: {shown(m.fc_dim)} makes a model of {params:,} parameters; training it needs "
         f"{need / 2**40:,.2f} TiB (weights, gradients, momentum and a copy, 4 bytes each), more than "
         f"the {MODEL_MEMORY_LIMIT // 2**40} TiB limit: no machine has that memory (the study's fc_dim "
         "4096 is 23.3 M parameters, 0.35 GiB)"
@@ -136,16 +138,16 @@ def _run_length(cfg: Config) -> str:
     t = cfg.train
     if t.epochs > EPOCH_LIMIT:
         return (
-            f"train.epochs: {t.epochs} must be <= {EPOCH_LIMIT}: epoch e of seed s draws its data order "
-            "and augmentation from RNG seed s * 100003 + e, so a longer run would replay another seed's "
-            "epochs (and this model converges in tens of epochs)"
+            f"train.epochs: {shown(t.epochs)} must be <= {EPOCH_LIMIT}: epoch e of seed s draws its data "
+            "order and augmentation from RNG seed s * 100003 + e, so a longer run would replay another "
+            "seed's epochs (and this model converges in tens of epochs)"
         )
     images = (cfg.data.train_per_class or CIFAR_TRAIN_PER_CLASS) * CIFAR_CLASSES
     steps = t.epochs * (images // t.batch_size) if t.batch_size >= 1 else 0
     if steps <= STEP_LIMIT:
         return ""
     return (
-        f"train.epochs: {t.epochs} epochs of {images:,} images (data.train_per_class) in batches of "
+        f"train.epochs: {shown(t.epochs)} epochs of {images:,} images (data.train_per_class) in batches of "
         f"{t.batch_size} are {steps:,} steps per seed, more than {STEP_LIMIT:,}: even at "
         f"{STEPS_PER_SECOND:,} steps a second (beyond any this model has run) they would take "
         f"{steps / STEPS_PER_SECOND / 86400:,.0f} days"
@@ -155,7 +157,7 @@ def _run_length(cfg: Config) -> str:
 def variant_problems(raw: object) -> list[str]:
     """params.yaml's `variants:` section: DVC's matrix axes, not part of Config, but still checked."""
     if not isinstance(raw, dict):
-        return [f"variants: expected a mapping, got {raw!r}"]
+        return [f"variants: expected a mapping, got {shown(raw)}"]
     found = [
         f"variants.{key}: unknown key (known: {', '.join(VARIANT_AXES)})"
         for key in raw
@@ -164,10 +166,11 @@ def variant_problems(raw: object) -> list[str]:
     for axis, known in VARIANT_AXES.items():
         values, names = raw.get(axis, list(known)), ", ".join(known)
         if not isinstance(values, list) or not values:
-            found.append(f"variants.{axis}: expected a non-empty list of {names}, got {values!r}")
+            found.append(f"variants.{axis}: expected a non-empty list of {names}, got {shown(values)}")
             continue
-        found += [f"variants.{axis}: unknown {v!r} (known: {names})" for v in values if v not in known]
-        found += [f"variants.{axis}: repeats {v!r}" for v in dict.fromkeys(values) if values.count(v) > 1]
+        found += [f"variants.{axis}: unknown {shown(v)} (known: {names})" for v in values if v not in known]
+        repeated = [v for v in dict.fromkeys(values) if values.count(v) > 1]
+        found += [f"variants.{axis}: repeats {shown(v)}" for v in repeated]
     return found
 
 

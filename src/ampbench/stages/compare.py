@@ -12,6 +12,9 @@ and chart only.
 
 from __future__ import annotations
 
+import json
+
+from ampbench import outputs
 from ampbench.config import Config, ConfigError
 from ampbench.paths import REPORTS_DIR
 from ampbench.variants import VARIANTS, study_variants
@@ -21,7 +24,7 @@ ROW_METRICS = ("speedup", "accuracy_delta", "p_value")
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
-    from ampbench.report import answer, compare
+    from ampbench.report import answer, compare, mixed
     from ampbench.tracking.tracker import KIND_TAG, Tracker
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -29,10 +32,13 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    label = mixed.check(_records(variants), args.allow_mixed)  # one study, one configuration
+    notice = "\n\n".join(n for n in (compare.subset_notice(cfg), label) if n)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
-    rows = compare.compare(REPORTS_DIR / "metrics", variants, REPORTS_DIR, compare.subset_notice(cfg))
-    answer.write(rows, REPORTS_DIR / "plots" / "curves", REPORTS_DIR)
+    with outputs.staged(REPORTS_DIR, whole=(answer.ANSWER_DIR, answer.VIEWS_DIR)) as staging:
+        rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
+        answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
     print((REPORTS_DIR / "comparison.md").read_text())
     # The comparison's numbers go to each variant's run (its row in the UI); the compare run holds
     # the table and chart only, so it adds no charts beside the training runs'.
@@ -43,12 +49,18 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     run_id = tracker.start("compare", {KIND_TAG: "compare"}, {"variants": ",".join(variants)})
     for name in OUTPUTS:
         tracker.log_artifact(run_id, REPORTS_DIR / name)
-    tracker.publish_answer(rows, run_id, compare.subset_notice(cfg))  # tracking/view.py
+    tracker.publish_answer(rows, run_id, notice)  # tracking/view.py
     tracker.end(run_id, "FINISHED")
     print(f"Browse the runs: {tracker.link()}")
     if command := ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")
     return 0
+
+
+def _records(variants: list[str]) -> dict[str, dict]:
+    """The evaluate metrics files there are (a missing one: compare.compare says so)."""
+    files = {v: REPORTS_DIR / "metrics" / f"{v}.json" for v in variants}
+    return {v: json.loads(f.read_text()) for v, f in files.items() if f.exists()}
 
 
 def ui_command(uri: str) -> str:

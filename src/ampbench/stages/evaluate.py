@@ -211,6 +211,7 @@ def _seed_row(seed: int, saved: dict, metrics: dict) -> dict:
         "seed": seed,
         "run_id": saved["run_id"],
         "variant_run_id": saved.get("variant_run_id"),
+        "config_digest": saved.get("config_digest"),  # compare: one study, one configuration
         **metrics,
         **{k: saved["result"].get(k) for k in TRAIN_KEYS},
         **{k: _setting(saved["config"], k) for k in CONFIG_KEYS},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from ampbench import outputs
 from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
 from ampbench.stages.download import check_prepared
@@ -46,27 +47,29 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
     dataset = prepared.load_dataset(DATA_FILE)
     clock.mark("setup")
-    for i, variant in enumerate(variants):
-        # Each variant's run gets its own time breakdown; the first also carries the start-up.
-        summary = evaluate.evaluate_variant(
-            variant,
-            cfg.train.seeds,
-            MODELS_DIR,
-            dataset,
-            REPORTS_DIR,
-            tracker,
-            cfg.tracking.log_model,
-            data_ref,
-            clock if i == 0 else StageClock(startup=0.0),
-        )
-        log.info(
-            "%s: test accuracy %.4f ± %.4f over %d seeds",
-            variant,
-            summary["test_accuracy"],
-            summary["test_accuracy_std"],
-            len(summary["seeds"]),
-        )
-        _log_to_launcher(tracker, summary)
+    # reports/metrics and reports/plots all or nothing: a variant refused leaves the old reports
+    with outputs.staged(REPORTS_DIR) as staging:
+        for i, variant in enumerate(variants):
+            # Each variant's run gets its own time breakdown; the first also carries the start-up.
+            summary = evaluate.evaluate_variant(
+                variant,
+                cfg.train.seeds,
+                MODELS_DIR,
+                dataset,
+                staging,
+                tracker,
+                cfg.tracking.log_model,
+                data_ref,
+                clock if i == 0 else StageClock(startup=0.0),
+            )
+            log.info(
+                "%s: test accuracy %.4f ± %.4f over %d seeds",
+                variant,
+                summary["test_accuracy"],
+                summary["test_accuracy_std"],
+                len(summary["seeds"]),
+            )
+            _log_to_launcher(tracker, summary)
     return 0
 
 

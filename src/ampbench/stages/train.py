@@ -20,8 +20,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -39,43 +37,6 @@ log = logging.getLogger(__name__)
 
 class ResumeError(RuntimeError):
     """A checkpoint exists for a different configuration."""
-
-
-class StopFlag:
-    """SIGTERM / Ctrl-C only set a flag; the loop stops at the next step boundary.
-
-    A second signal of the same kind a second or more later: the default behaviour (stop now).
-    With ``watch_parent`` (DDP workers) the death of the parent process sets the flag too:
-    torchrun starts workers in sessions of their own, so a kill -9 of the launcher's process
-    group would otherwise leave them training on as orphans.
-    """
-
-    def __init__(self, watch_parent: bool = False) -> None:
-        self.signum, self.since = 0, 0.0
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-        if watch_parent:
-            threading.Thread(target=self._watch, args=(os.getppid(),), daemon=True).start()
-
-    def _watch(self, parent: int) -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        log.warning("parent process %d is gone: stopping at the next step boundary", parent)
-        self.signum = self.signum or signal.SIGTERM
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum == signum:
-            # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
-            # warm stage directly and through its client), not a second request.
-            if time.monotonic() - self.since < 1.0:
-                return
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        self.signum, self.since = signum, time.monotonic()
-        log.warning("%s received: stopping at the next step boundary", signal.Signals(signum).name)
-
-    def __call__(self) -> bool:
-        return bool(self.signum)
 
 
 def variant_name(parallel_name: str, precision_name: str) -> str:
@@ -135,8 +96,11 @@ def train_variant(
     fresh: bool = False,
     stop=None,
     work_dir: Path = Path("checkpoints"),
+    before_publish=None,
 ) -> list[dict]:
-    """Train every seed of one variant; return each seed's result (rank 0; others get [])."""
+    """Train every seed of one variant; return each seed's result (rank 0; others get []).
+
+    ``before_publish`` (rank 0, once every seed is done): a last check that may refuse to publish."""
     clock = StageClock()  # where the stage's seconds go: time/* on the variant run
     variant = variant_name(parallel_name, precision_name)
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
@@ -161,6 +125,7 @@ def train_variant(
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         seeds = _SeedPlan(cfg, precision_name, strategy, dataset, work, stop, fresh)
         seeds.extra = {"per_process_batch": per_process, **tf32}
+        seeds.before_publish = before_publish or (lambda: None)
         results = _train_seeds(seeds, variant, stage, clock, models_dir, work_dir)
         return results if strategy.is_main else []
     finally:
@@ -198,6 +163,7 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
             clock.mark("seeds")
         prog.close()
         if strategy.is_main:
+            plan.before_publish()  # e.g. params.yaml changed meanwhile: nothing is published
             _publish(plan.work, models_dir / variant, cfg.train.seeds)
             clock.mark("publish")
             train_runs.log_breakdown(stage, clock, results)

@@ -9,13 +9,16 @@ this same command with RANK set; every other variant, and each DDP worker, train
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
 import signal
 
+from ampbench.cli import all_overrides
 from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, WORK_DIR
+from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
 from ampbench.variants import variant_name
 
@@ -27,6 +30,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.stages import launch
     from ampbench.training import parallel
 
+    variant = variant_name(args.parallel, args.precision)
+    work = WORK_DIR / variant
     if not parallel.STRATEGIES[args.parallel].in_process and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
         if cfg.train.batch_size % workers:
@@ -34,22 +39,43 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
                 f"this machine starts; choose a multiple of {workers}"
             )
-        work = WORK_DIR / variant_name(args.parallel, args.precision)
-        return launch.torchrun(argv, cfg, work, resume_hint(argv))
-    # Here, not above: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
-    from ampbench.stages import train
+        with train_lock.hold(work, variant):  # one trainer per variant; its workers join it
+            os.environ[train_lock.LAUNCHER_ENV] = str(os.getpid())
+            try:
+                return launch.torchrun(argv, cfg, work, resume_hint(argv))
+            finally:
+                del os.environ[train_lock.LAUNCHER_ENV]
+    with _trainer(work, variant):
+        return _train_here(cfg, args, argv, work)
+
+
+def _trainer(work, variant: str):
+    """The lock this process trains under: its own, or (a DDP worker) its launcher's."""
+    launcher = os.environ.get(train_lock.LAUNCHER_ENV)
+    if "RANK" in os.environ and launcher:
+        return train_lock.join(work, int(launcher))
+    if os.environ.get("RANK", "0") == "0":  # a plain stage, or rank 0 under an outer torchrun
+        return train_lock.hold(work, variant)
+    return contextlib.nullcontext()
+
+
+def _train_here(cfg: Config, args, argv: list[str], work) -> int:
+    # Here, not in main: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
+    from ampbench.stages import launch, train
+    from ampbench.stages.params_watch import ParamsWatch
+    from ampbench.stages.stop import StopFlag
     from ampbench.training import loop
 
-    stop = train.StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
+    stop = StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
+    watch = ParamsWatch(cfg, args.params, all_overrides(args))
     try:
         results = launch.record(train.train_variant)(
-            cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop, WORK_DIR
+            cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop, WORK_DIR, watch.check
         )
     except loop.Stopped as stopped:
-        work = WORK_DIR / variant_name(args.parallel, args.precision)
         if int(os.environ.get("RANK", "0")) == 0:
             log.warning("%s in %s/. %s", stopped, work, resume_hint(argv))
-        return 128 + (stop.signum or signal.SIGTERM)  # the conventional status: 130 Ctrl-C, 143 SIGTERM
+        return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
     for r in results:
         log.info(
             "seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",

@@ -126,11 +126,16 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
 
 def lock_holders(path: Path) -> str:
     """'pid N (name)' of the other processes holding a lock on `path` (Linux /proc/locks), or ''."""
+    return ", ".join(f"pid {pid} ({_comm(pid)})" for pid in lock_pids(path))
+
+
+def lock_pids(path: Path) -> list[int]:
+    """The other processes holding a lock on `path` (Linux /proc/locks); [] if none or unknown."""
     try:
         st = path.stat()
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
-        return ""
+        return []
     dev, pids = (os.major(st.st_dev), os.minor(st.st_dev)), []
     for line in lines:
         fields = line.split()
@@ -146,7 +151,7 @@ def lock_holders(path: Path) -> str:
                     continue
                 if same and pid > 0 and pid != os.getpid() and pid not in pids:
                     pids.append(pid)
-    return ", ".join(f"pid {pid} ({_comm(pid)})" for pid in pids)
+    return pids
 
 
 def _comm(pid: int) -> str:

@@ -1,0 +1,117 @@
+"""Reading ``params.yaml`` strictly and within bounds, and quoting its values briefly.
+
+A params file is a few kB of plain YAML. What it may not be, each refused with one line naming the
+file (and the line where there is one) and the fix:
+
+- a second key of the same name in one mapping (a second ``train:`` section): YAML keeps the last
+  one and silently drops the first's settings;
+- an anchor or alias (``&x`` / ``*x``): nothing in the file needs them, and nested aliases expand
+  to a billion values from a few lines (the "billion laughs");
+- not a regular file (a FIFO would block the stage, a device never end), or over ``MAX_BYTES``.
+
+``shown(value)`` quotes a value in an error message, cut to ``SHOWN_CHARS`` characters.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from ampbench.config.settings import ConfigError
+
+MAX_BYTES = 1_000_000  # params.yaml is ~6 kB
+SHOWN_CHARS = 80
+
+
+def cut(text: str) -> str:
+    """``text`` cut to at most SHOWN_CHARS characters (a cut one ends with '...')."""
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to at most SHOWN_CHARS characters."""
+    return cut(repr(value))
+
+
+class _Refused(yaml.YAMLError):
+    def __init__(self, what: str, mark) -> None:
+        super().__init__(f"line {mark.line + 1}: {what}")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader without anchors and aliases, and without silently repeated keys."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise _Refused(
+                f"YAML anchor or alias {sign}{cut(str(event.anchor))} is not allowed in a params "
+                "file; write the values out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise _Refused(
+                        f"key {shown(key)} appears twice in one mapping (first on line {seen[key]}); "
+                        "YAML would keep only the last; merge them into one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def read_params(path: Path) -> object:
+    """The parsed params file, or a ConfigError saying what is wrong with it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+    except OSError as err:
+        raise ConfigError(f"--params {path}: cannot be read ({err.strerror}); pass the right file") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"--params {path}: is a folder, not a file; pass the params.yaml in it")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(
+                f"--params {path}: is not a regular file (a pipe, device or socket); pass a params.yaml"
+            )
+        data = _read_at_most(fd, MAX_BYTES + 1)  # a file growing meanwhile, or a size /proc does not tell
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ConfigError(
+            f"--params {path}: larger than {MAX_BYTES // 1_000_000} MB ({max(info.st_size, len(data)):,} "
+            "bytes); a params file is a few kB: pass the right file"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--params {path}: not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r}); "
+            "save it as UTF-8 or pass the right file"
+        ) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
+    except _Refused as err:
+        raise ConfigError(f"{path}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())[:300]}") from None

@@ -1,0 +1,182 @@
+"""One study, one truth in the reports: compare refuses variants trained with different settings
+(or labels them with --allow-mixed), evaluate and compare write their reports all or nothing
+(outputs.staged), and compare prints under any output encoding."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ampbench import outputs
+from ampbench.report import mixed
+from conftest import CLASSES, run_cli, venv_env
+
+PAIR = ("single-fp32", "single-autocast")
+
+
+def _record(variant: str, digest: str = "d1", **settings) -> dict:
+    seeds = [
+        {
+            "seed": seed,
+            "run_id": f"{variant}-{seed}",
+            "variant_run_id": None,
+            "config_digest": digest,
+            "test_accuracy": 0.5 + seed / 100,
+            "train_seconds": 10.0 + seed,
+            "images_per_second": 1000.0 + seed,
+            "peak_memory_mb": 100.0,
+            "diverged": False,
+            "devices_used": 1,
+            "device_name": "cpu",
+            "amp_dtype": "float32",
+            "epoch_cv": 0.01,
+            "train.epochs": 2,
+            "train.batch_size": 20,
+            "tracking.conditions": "project",
+            **settings,
+        }
+        for seed in (0, 1)
+    ]
+    return {"variant": variant, "seeds": seeds}
+
+
+def _write_metrics(project: Path, records: dict) -> None:
+    folder = project / "reports" / "metrics"
+    folder.mkdir(parents=True, exist_ok=True)
+    for variant, record in records.items():
+        (folder / f"{variant}.json").write_text(json.dumps(record))
+
+
+def _odd() -> dict:
+    """single-autocast trained for 5 epochs, single-fp32 for 2."""
+    five = {"train.epochs": 5}
+    return {"single-fp32": _record("single-fp32"), "single-autocast": _record("single-autocast", **five)}
+
+
+# ---------------------------------------------------------------- one configuration per study
+def test_variants_trained_alike_pass_and_any_other_setting_is_named():
+    alike = {v: _record(v) for v in PAIR}
+    assert mixed.check(alike, allow_mixed=False) == ""
+    odd = _odd()
+    with pytest.raises(mixed.MixedSettingsError) as err:
+        mixed.check(odd, allow_mixed=False)
+    message = str(err.value)
+    assert "train.epochs: 2 (single-fp32) vs 5 (single-autocast)" in message and "--allow-mixed" in message
+    assert "\n" not in message
+    label = mixed.check(odd, allow_mixed=True)
+    assert "MIXED SETTINGS" in label and "train.epochs: 2 (single-fp32) vs 5 (single-autocast)" in label
+
+
+def test_a_setting_the_files_do_not_carry_is_caught_by_the_config_digest():
+    records = {v: _record(v, digest) for v, digest in zip(PAIR, ("aaa", "bbb"))}
+    with pytest.raises(mixed.MixedSettingsError, match=r"config_digest: 'aaa' \(single-fp32\) vs 'bbb'"):
+        mixed.check(records, allow_mixed=False)
+
+
+# ---------------------------------------------------------------- all or nothing
+def test_staged_outputs_change_nothing_on_an_error_and_everything_on_success(tmp_path):
+    root = tmp_path / "reports"
+    (root / "metrics").mkdir(parents=True)
+    (root / "metrics" / "a.json").write_text("old a")
+    (root / "answer").mkdir()
+    (root / "answer" / "gone.json").write_text("a variant no longer in the study")
+    with pytest.raises(RuntimeError), outputs.staged(root, whole=("answer",)) as staging:
+        (staging / "metrics").mkdir()
+        (staging / "metrics" / "a.json").write_text("new a")
+        raise RuntimeError("refused on the second variant")
+    assert (root / "metrics" / "a.json").read_text() == "old a"
+    assert sorted(p.name for p in root.iterdir()) == ["answer", "metrics"]  # no staging folder left
+    with outputs.staged(root, whole=("answer",)) as staging:
+        (staging / "metrics").mkdir()
+        (staging / "metrics" / "b.json").write_text("new b")
+        (staging / "answer").mkdir()
+        (staging / "answer" / "kept.json").write_text("new")
+        assert (root / "metrics" / "a.json").read_text() == "old a"  # nothing moves before the end
+    assert sorted(p.name for p in (root / "metrics").iterdir()) == ["a.json", "b.json"]  # merged
+    assert [p.name for p in (root / "answer").iterdir()] == ["kept.json"]  # replaced whole
+    assert sorted(p.name for p in root.iterdir()) == ["answer", "metrics"]
+
+
+def test_a_killed_stages_staging_folder_is_removed_by_the_next(tmp_path):
+    dead = tmp_path / f"{outputs.PREFIX}999999999"
+    dead.mkdir(parents=True)
+    live = tmp_path / f"{outputs.PREFIX}{os.getppid()}"
+    live.mkdir()
+    with outputs.staged(tmp_path):
+        pass
+    assert not dead.exists() and live.exists()
+
+
+def _model_file(project: Path, variant: str, run_id: str):
+    from ampbench import config
+    from ampbench.checkpoints.state import ModelFile
+    from ampbench.stages.evaluate import TRAIN_KEYS
+    from ampbench.training.model import AlexNet
+
+    cfg = config.load_config(project / "params.yaml")
+    return ModelFile(
+        state_dict=AlexNet(cfg.model, 10).state_dict(),
+        config=dataclasses.asdict(cfg),
+        variant=variant,
+        seed=0,
+        run_id=run_id,
+        variant_run_id=None,
+        config_digest=cfg.digest(),
+        classes=list(CLASSES),
+        result=dict.fromkeys(TRAIN_KEYS),
+        history=[{"epoch": 1}],
+        pending_metrics=None,
+    )
+
+
+def test_evaluate_refused_on_its_second_variant_leaves_the_old_reports(project, monkeypatch):
+    from ampbench import config
+    from ampbench.stages import evaluate_main
+    from ampbench.stages.evaluate import ModelFileError
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    run_id = Tracker("cifar10-amp").start("single-fp32/seed-0", {"ampbench.kind": "seed"})
+    for folder in PAIR:  # the second folder holds the first variant's model: refused
+        path = project / "models" / folder / "seed-0" / "model.pt"
+        path.parent.mkdir(parents=True)
+        _model_file(project, "single-fp32", run_id).save(path)
+    _write_metrics(project, {"single-fp32": {"old": True}})
+    cfg = config.load_config("params.yaml")
+    args = argparse.Namespace(parallel=None, precision=None, variants=",".join(PAIR), params="params.yaml")
+    with pytest.raises(ModelFileError, match="single-autocast"):
+        evaluate_main.main(cfg, args, [])
+    reports = project / "reports"
+    assert json.loads((reports / "metrics" / "single-fp32.json").read_text()) == {"old": True}
+    assert not (reports / "plots").exists()
+    assert sorted(p.name for p in reports.iterdir()) == ["metrics"]
+
+
+# ---------------------------------------------------------------- the compare command
+@pytest.mark.slow  # `python -m ampbench compare`: MLflow's imports, a store
+def test_compare_refuses_mixed_settings_in_one_line_and_labels_them_when_allowed(project):
+    odd = _odd()
+    _write_metrics(project, odd)
+    args = ("compare", "--variants", ",".join(PAIR))
+    proc = run_cli(project, *args, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "train.epochs: 2 (single-fp32) vs 5 (single-autocast)" in errors[0], errors
+    assert not (project / "reports" / "comparison.md").exists()
+    run_cli(project, *args, "--allow-mixed")
+    assert "MIXED SETTINGS" in (project / "reports" / "comparison.md").read_text()
+
+
+@pytest.mark.slow  # `python -m ampbench compare`: MLflow's imports, a store
+def test_compare_prints_its_table_under_an_ascii_output_encoding(project):
+    _write_metrics(project, {v: _record(v) for v in PAIR})
+    proc = run_cli(project, "compare", "--variants", ",".join(PAIR), env=venv_env(PYTHONIOENCODING="ascii"))
+    assert "| single-autocast |" in proc.stdout and "0.5050 ? 0.0071" in proc.stdout, proc.stdout
+    staged = [p.name for p in (project / "reports").iterdir() if p.name.startswith(".")]
+    assert staged == [] and (project / "reports" / "answer" / "single-fp32.json").exists()

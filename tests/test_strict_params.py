@@ -1,0 +1,81 @@
+"""params.yaml is read strictly and within bounds (config/strict.py): no repeated keys, no YAML
+anchors or aliases, a regular file of at most 1 MB; values quoted in errors are short."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ampbench.config import ConfigError, load_config
+from ampbench.config.strict import MAX_BYTES, SHOWN_CHARS
+from conftest import REPO
+
+
+def _params(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_a_second_section_of_the_same_name_is_refused_naming_key_and_lines(tmp_path):
+    text = (REPO / "params.yaml").read_text() + "\ntrain:\n  epochs: 1\n"
+    second = text.count("\n") - 1  # the line of the second `train:`
+    with pytest.raises(ConfigError) as err:
+        load_config(_params(tmp_path, text))
+    line = _one_line(err)
+    assert "'train' appears twice" in line and f"line {second}:" in line, line
+    assert "first on line" in line
+
+
+def test_a_repeated_key_inside_a_section_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 3: key 'lr' appears twice .*first on line 2"):
+        load_config(_params(tmp_path, "train:\n  lr: 0.1\n  lr: 0.2\n"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "train: &t\n  lr: 0.1\nmodel: *t\n",
+        # the billion laughs: a few lines that expand to 10**9 values
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{c}: &{c} [{', '.join(['*' + chr(ord(c) - 1)] * 10)}]\n" for c in "bcdefghi"),
+    ],
+)
+def test_yaml_anchors_and_aliases_are_refused(tmp_path, text):
+    with pytest.raises(ConfigError, match=r"line 1: YAML anchor or alias &\w+ is not allowed") as err:
+        load_config(_params(tmp_path, text))
+    _one_line(err)
+
+
+def test_a_params_file_over_1_mb_is_refused_unread(tmp_path):
+    path = _params(tmp_path, "train:\n  epochs: 1\n" + "#" * MAX_BYTES + "\n")
+    with pytest.raises(ConfigError, match="larger than 1 MB") as err:
+        load_config(path)
+    _one_line(err)
+
+
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "params.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load_config(path)
+
+
+def test_values_quoted_in_errors_are_cut_to_80_characters(tmp_path):
+    long = "x" * 1000  # YAML's longest plain key: 1024 characters
+    path = _params(tmp_path, f"train:\n  loader: {long}\n  epochs: '{long}'\n  {long}: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, [f"train.lr={long}", f"{long}"])
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 5, lines
+    for line in lines:
+        assert "x" * (SHOWN_CHARS + 1) not in line and "..." in line, line
