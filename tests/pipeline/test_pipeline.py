@@ -177,7 +177,7 @@ def test_dvc_metrics_show_is_the_answer_one_row_per_variant(repro: Path):
     out = sh([str(VENV_BIN / "dvc"), "metrics", "show", "--json"], repro).stdout
     files = next(iter(json.loads(out).values()))["data"]  # keyed by revision ("" or "workspace")
     assert set(files) == {f"reports/answer/{v}.json" for v in VARIANTS}
-    columns = {"accuracy", "accuracy_std", "accuracy_diff", "images_per_s", "peak_mb", "speedup"}
+    columns = {"Speedup", "acc%", "acc_d", "acc_sd", "img/s", "mb"}
     assert all(set(f["data"]) == columns for f in files.values())  # none NaN, none left out
     summary = json.loads((repro / "reports" / "summary.json").read_text())
     assert set(summary) == set(VARIANTS)

@@ -7,7 +7,8 @@
                                        line per variant in one chart: .dvc/plots/variants.json)
 
 Values are rounded to the digits that carry information: the seeds' spread of test accuracy is
-about 1e-3, so four decimals; images/s and MB as integers; speed-up to two decimals.
+about 0.1 percentage points, so two decimals in percent; images/s and MB as integers; speed-up to
+two decimals.
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from pathlib import Path
 
 ANSWER_DIR = "answer"
 VIEWS_DIR = "views"
-# key in the metrics file -> (row of report/compare.summarize, digits); `dvc metrics show` sorts
-# the columns by name: accuracy, its spread and its difference, then speed, memory, speed-up.
+# key in the metrics file -> (row of report/compare.summarize, scale, digits). `dvc metrics show`
+# sorts the columns by name (ASCII: capitals first) and should fit 100 columns beside the longest
+# path (reports/answer/ddp-autocast_gradscaler.json): the speed-up first, then test accuracy in
+# percent, its difference from single-fp32 and its std over seeds in percentage points, images/s
+# and peak MB. 96 columns in all.
 METRICS = {
-    "accuracy": ("test_accuracy_mean", 4),
-    "accuracy_std": ("test_accuracy_std", 4),
-    "accuracy_diff": ("accuracy_delta", 4),
-    "images_per_s": ("images_per_second_mean", 0),
-    "peak_mb": ("peak_memory_mb_mean", 0),
-    "speedup": ("speedup", 2),
+    "Speedup": ("speedup", 1, 2),
+    "acc%": ("test_accuracy_mean", 100, 2),
+    "acc_d": ("accuracy_delta", 100, 2),
+    "acc_sd": ("test_accuracy_std", 100, 2),
+    "img/s": ("images_per_second_mean", 1, 0),
+    "mb": ("peak_memory_mb_mean", 1, 0),
 }
 
 
@@ -42,7 +46,10 @@ def _rounded(value, digits: int):
 
 def answer_metrics(row: dict) -> dict:
     """One variant's answer: the columns of `dvc metrics show` (NaN left out, not written as null)."""
-    values = {key: _rounded(row.get(field), digits) for key, (field, digits) in METRICS.items()}
+    values = {
+        key: _rounded(row.get(field) * scale if isinstance(row.get(field), (int, float)) else None, digits)
+        for key, (field, scale, digits) in METRICS.items()
+    }
     return {key: value for key, value in values.items() if value is not None}
 
 
