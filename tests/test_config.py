@@ -263,7 +263,7 @@ def test_variant_names_match_the_registries():
 
     assert tuple(parallel.STRATEGIES) == variants.PARALLELS
     assert tuple(precision.REGISTRY) == variants.PRECISIONS
-    assert variants.VARIANTS[:2] == ("single-fp32", "single-autocast")
+    assert variants.VARIANTS[:3] == ("single-fp32", "single-tf32", "single-autocast")
     assert variants.split_name(variants.variant_name("ddp", "autocast_bf16")) == ("ddp", "autocast_bf16")
 
 
