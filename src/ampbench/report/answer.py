@@ -31,6 +31,7 @@ METRICS = {
     "images_per_s": ("images_per_second_mean", 0),
     "peak_mb": ("peak_memory_mb_mean", 0),
     "speedup": ("speedup", 2),
+    "speedup_vs_tf32": ("speedup_vs_tf32", 2),  # only where the study has single-tf32
 }
 
 

@@ -287,6 +287,7 @@ class SeedTraining:
             **self.saves,
             **self.times,
             **self.trainer.compiler.facts(),
+            **self.step.graph_facts(),  # a model that could not be captured fell back to eager
         )
         return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
 
