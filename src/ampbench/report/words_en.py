@@ -134,6 +134,8 @@ EN = {
     "{after}x.",
     "why.defaults": "At the project's defaults ({rung}) autocast trains at {ratio}x fp32, the device "
     "busy {busy} of the time.",
+    "why.tf32": "Against TF32 (fp32 with TF32 math, PyTorch's default for convolutions on Ampere and "
+    "newer) rather than true fp32, autocast trains at {ratio}x there ({rung}); TF32 itself at {tf32}x fp32.",
     "why.gs": "GradScaler's images/s against autocast's, rung by rung (claim 2): {items}.",
     "why.cross": "Batch crossover (the defaults' bare step): autocast reaches 1.5x fp32 {at15} and 2x {at2}.",
     "why.from_batch": "from batch {batch}",
