@@ -15,10 +15,14 @@ from conftest import new_project, run_cli, runs
 HERE = Path(__file__).resolve().parents[1]
 
 
+def _variant(precision: str) -> tuple[str, ...]:
+    return ("--parallel", "single", "--precision", precision)
+
+
 def _train_and_evaluate(project: Path, precision: str, model: str) -> dict:
     setting = ("--set", f"model.name={model}")
-    run_cli(project, "train", "--parallel", "single", "--precision", precision, *setting)
-    run_cli(project, "evaluate", "--parallel", "single", "--precision", precision, *setting)
+    run_cli(project, "train", *_variant(precision), *setting)
+    run_cli(project, "evaluate", *_variant(precision), *setting)
     return json.loads((project / "reports" / "metrics" / f"single-{precision}.json").read_text())
 
 
@@ -46,15 +50,7 @@ def test_own_factory_from_the_project_folder_trains(tmp_path: Path):
 @pytest.mark.slow
 def test_unknown_model_fails_before_anything_runs(tmp_path: Path):
     project = new_project(tmp_path / "proj")
-    args = (
-        "train",
-        "--parallel",
-        "single",
-        "--precision",
-        "fp32",
-        "--set",
-        "model.name=torchvision:resnet19",
-    )
+    args = ("train", *_variant("fp32"), "--set", "model.name=torchvision:resnet19")
     proc = run_cli(project, *args, check=False)
     assert proc.returncode != 0
     assert "'torchvision:resnet19': not a torchvision classification model" in proc.stderr
