@@ -76,6 +76,11 @@ def test_config_refuses_a_name_of_no_known_form(tmp_path):
         ConfigError, match=r"model.name: 'resnet 18' is not a model: choose alexnet, torchvision:"
     ):
         load_config(params, ["model.name=resnet 18"])
+    with pytest.raises(ConfigError, match=r"data.image_size: 64 must be 32 with model.name alexnet"):
+        load_config(params, ["data.image_size=64"])
+    assert (
+        load_config(params, ["data.image_size=64", "model.name=torchvision:resnet18"]).data.image_size == 64
+    )
     for good in ("alexnet", "torchvision:convnext_tiny", "mypkg.nets:make_model"):
         assert load_config(params, [f"model.name={good}"]).model.name == good
 

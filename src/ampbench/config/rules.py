@@ -90,6 +90,12 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("data.timeout_s", d.timeout_s > 0, "must be > 0"),
         ("data.image_size", 8 <= d.image_size <= 4096, "must be in [8, 4096] (pixels, square images)"),
         ("model.name", bool(MODEL_NAME.fullmatch(m.name)), MODEL_NAME_RULE),
+        (
+            "data.image_size",
+            m.name != "alexnet" or d.image_size == 32,
+            "must be 32 with model.name alexnet (its classifier takes the 2x2 map of a 32x32 image): "
+            "set data.image_size: 32, or choose a model that takes other sizes (torchvision:resnet18)",
+        ),
         ("model.fc_dim", m.fc_dim >= 1, "must be >= 1"),
         ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),
         ("tracking.experiment", bool(k.experiment.strip()), "must not be empty"),

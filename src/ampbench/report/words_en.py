@@ -54,6 +54,8 @@ EN = {
     "c1.tutorial": "The tutorial: 20 epochs took 22 min 22 s in fp32 and 21 min 21 s with autocast "
     "(1.05x), one hand-timed run each.",
     "c1.bullet": "- {label}: autocast / fp32 = **{ratio}x** in images/s (Welch p on images/s {p})",
+    "c1.tf32": "- {label}: autocast / tf32 = **{ratio}x** in images/s (Welch p {p}): against fp32 with "
+    "TF32 math, PyTorch's default for convolutions on Ampere and newer (fp32 above is true fp32)",
     "c1.rule": "a speed-up under {barely}x counts as barely",
     "c1.both": "{tut}x and {proj}x under both conditions ({rule})",
     "c1.tutorial_only": "{tut}x there, {proj}x under the project's defaults ({rule})",

@@ -51,6 +51,8 @@ ZH = {
     "c1.tutorial": "原教程：20 个 epoch 在 fp32 下用了 22 分 22 秒，用 autocast 用了 21 分 21 秒（1.05x），"
     "各为一次手工计时。",
     "c1.bullet": "- {label}：autocast / fp32 = **{ratio}x**（按图像/秒计；图像/秒的 Welch p 为 {p}）",
+    "c1.tf32": "- {label}：autocast / tf32 = **{ratio}x**（按图像/秒计；Welch p 为 {p}）：基准为启用 TF32 "
+    "运算的 fp32，即 PyTorch 在 Ampere 及更新 GPU 上卷积的默认设置（上文的 fp32 为真正的 fp32）",
     "c1.rule": "加速比低于 {barely}x 视为“几乎没有”",
     "c1.both": "两种条件下分别为 {tut}x 和 {proj}x（{rule}）",
     "c1.tutorial_only": "教程条件下为 {tut}x，本项目默认设置下为 {proj}x（{rule}）",
