@@ -149,11 +149,11 @@ def test_model_is_built_only_in_the_factory():
 
 
 # ------------------------------------------------------------------------------ tf32
-def test_tf32_sets_and_records_the_flags_and_fp32_restores_true_fp32():
-    model, cpu = nn.Linear(2, 2), torch.device("cpu")
+def test_tf32_sets_and_records_the_flags_and_fp32_restores_true_fp32(caplog):
+    model, cuda = nn.Linear(2, 2), torch.device("cuda")  # setup touches no GPU: the flags only
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
-        run = precision.REGISTRY["tf32"].setup(model, cpu)
+        run = precision.REGISTRY["tf32"].setup(model, cuda)
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
         assert run.facts == {
             "autocast_used": False,
@@ -164,10 +164,15 @@ def test_tf32_sets_and_records_the_flags_and_fp32_restores_true_fp32():
         }
         assert run.wrap(model) is model  # fp32 activations: no autocast
         for name in ("fp32", "autocast"):  # every other precision: true fp32 for what runs in fp32
-            facts = precision.REGISTRY[name].setup(model, cpu).facts
+            facts = precision.REGISTRY[name].setup(model, cuda).facts
             assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
             assert (facts["tf32_matmul"], facts["tf32_cudnn"]) == (False, False)
-            precision.REGISTRY["tf32"].setup(model, cpu)
+            precision.REGISTRY["tf32"].setup(model, cuda)
+        # a CPU has no TF32: true fp32, said and recorded (the flag would slow CPU matmuls)
+        facts = precision.REGISTRY["tf32"].setup(model, torch.device("cpu")).facts
+        assert (facts["tf32_matmul"], facts["tf32_cudnn"]) == (False, False)
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert "TF32 is a CUDA tensor-core mode; on cpu this runs true fp32" in caplog.text
     finally:
         precision.set_tf32(False)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
@@ -180,8 +185,7 @@ def test_build_wraps_inside_out_precision_then_strategy():
     trainer = build.setup(cfg, precision.REGISTRY["autocast"], strategy, 10, 100)
     assert isinstance(trainer.model, precision.AutocastForward) and trainer.model.net is trainer.raw_model
     tf32 = build.setup(cfg, precision.REGISTRY["tf32"], strategy, 10, 100)
-    assert tf32.model is tf32.raw_model and tf32.facts["tf32_cudnn"] is True
-    precision.set_tf32(False)
+    assert tf32.model is tf32.raw_model and tf32.facts["amp_dtype"] == "float32"
 
 
 # ------------------------------------------------------------------------------ CUDA graphs

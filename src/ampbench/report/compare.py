@@ -213,8 +213,9 @@ def subset_notice(cfg) -> str:
     return (
         f"> **DEMO ON A SUBSET, NOT THE STUDY'S RESULT.** Quick study (`{cfg.tracking.experiment}`): "
         f"{train} train and {test} test images per class, {t.epochs} epoch(s), batch {t.batch_size}, "
-        f"seeds {', '.join(map(str, t.seeds))}, model {cfg.model.name} (FC width {cfg.model.fc_dim} "
-        "for alexnet). It shows the "
+        f"seeds {', '.join(map(str, t.seeds))}, model {cfg.model.name}"
+        + (f" (FC width {cfg.model.fc_dim})" if cfg.model.name == "alexnet" else "")
+        + ". It shows the "
         "pipeline end to end (download, nine trains, nine evaluations, this comparison, MLflow); its "
         "accuracies, speeds and significance tests say nothing about what mixed precision or data "
         "parallelism buy. The study itself: `make run`."

@@ -202,7 +202,15 @@ class Precision:
             log.warning("autocast is not available on %s: running without it", device.type)
             dtype = None
         scaler, facts = self._scaler(device, dtype)
-        return AmpRun(scaler, {**facts, **set_tf32(self.tf32)}, device, dtype)
+        # TF32 is a CUDA tensor-core mode. Its matmul flag is the process's float32 matmul
+        # precision, which CPU kernels may read too (oneDNN's reduced-precision paths): a CPU runs
+        # true fp32, so that the tf32 rows of a CPU run are the fp32 rows, not something else.
+        if self.tf32 and device.type != "cuda":
+            log.warning(
+                "%s: TF32 is a CUDA tensor-core mode; on %s this runs true fp32", self.name, device.type
+            )
+        tf32 = set_tf32(self.tf32 and device.type == "cuda")
+        return AmpRun(scaler, {**facts, **tf32}, device, dtype)
 
     def _scaler(self, device: torch.device, dtype: torch.dtype | None) -> tuple[torch.amp.GradScaler, dict]:
         with warnings.catch_warnings(record=True) as caught:
