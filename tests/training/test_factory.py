@@ -109,6 +109,8 @@ def test_normalisation_comes_from_the_data_and_is_saved_with_the_weights():
     x = ds["train_images"].double() / 255
     torch.testing.assert_close(torch.tensor(mean, dtype=torch.float64), x.mean(dim=(0, 2, 3)))
     torch.testing.assert_close(torch.tensor(std, dtype=torch.float64), x.std(dim=(0, 2, 3), correction=0))
+    assert factory.data_stats(ModelConfig(), ds["train_images"]) is None  # alexnet: CIFAR's constants
+    assert factory.data_stats(ModelConfig(name="custom_net:make_model"), ds["train_images"]) == (mean, std)
     model = factory.build(ModelConfig(name="custom_net:make_model"), 10, stats=(mean, std))
     # evaluate rebuilds with the defaults, then the file's buffers restore the data's statistics
     again = factory.build(ModelConfig(name="custom_net:make_model"), 10)

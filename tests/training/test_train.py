@@ -196,7 +196,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     assert params["train.batch_size"] == str(BATCH)
     assert params["torch_version"] == torch.__version__
     assert (params["tf32_matmul"], params["tf32_cudnn"]) == ("False", "False")
-    autocast = precision_name != "fp32"
+    autocast = precision.REGISTRY[precision_name].dtype is not None  # tf32: fp32 activations
     assert params["amp_dtype"] == ("bfloat16" if autocast else "float32")  # CPU autocast: bfloat16
     assert result["amp_dtype"] == params["amp_dtype"]
     assert params["autocast_used"] == str(autocast)

@@ -93,7 +93,7 @@ class SeedTraining:
         torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
         self.batches = loader.make(t.loader, job.data, t.batch_size, job.strategy, job.seed, t.workers)
         total = t.epochs * len(self.batches)
-        stats = factory.channel_stats(job.data["train_images"])  # normalisation, models but alexnet
+        stats = factory.data_stats(job.cfg.model, job.data["train_images"])  # the input's normalisation
         n_classes = len(job.data["classes"])
         self.trainer = build.setup(job.cfg, job.precision, job.strategy, n_classes, total, stats)
         self.step = build.make_step(self.trainer, job.cfg, job.strategy)

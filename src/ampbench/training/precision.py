@@ -89,6 +89,10 @@ class PrecisionStrategy(Protocol):
     @property
     def tf32(self) -> bool: ...  # TF32 tensor-core math for fp32 convolutions and matmuls
 
+    def tf32_on(self, device: torch.device) -> bool:
+        """Whether this precision runs TF32 on `device` (setup sets the flags so)."""
+        ...
+
     def setup(self, model: torch.nn.Module, device: torch.device) -> PrecisionRun:
         """Set the backend flags this precision needs; return the run's state (``wrap`` it)."""
         ...
@@ -194,6 +198,10 @@ class Precision:
             return self.dtype
         return CPU_AUTOCAST_DTYPE
 
+    def tf32_on(self, device: torch.device) -> bool:
+        """TF32 on `device`: a CUDA tensor-core mode; a CPU runs true fp32 (see setup)."""
+        return self.tf32 and device.type == "cuda"
+
     def setup(self, model: torch.nn.Module, device: torch.device) -> AmpRun:
         """Set TF32 as this precision says; return the run's state (its ``wrap`` adds autocast).
         `model` is not changed: the precision's context lives in the wrapper."""
@@ -209,7 +217,7 @@ class Precision:
             log.warning(
                 "%s: TF32 is a CUDA tensor-core mode; on %s this runs true fp32", self.name, device.type
             )
-        tf32 = set_tf32(self.tf32 and device.type == "cuda")
+        tf32 = set_tf32(self.tf32_on(device))
         return AmpRun(scaler, {**facts, **tf32}, device, dtype)
 
     def _scaler(self, device: torch.device, dtype: torch.dtype | None) -> tuple[torch.amp.GradScaler, dict]:
