@@ -263,7 +263,7 @@ def test_variant_names_match_the_registries():
 
     assert tuple(parallel.STRATEGIES) == variants.PARALLELS
     assert tuple(precision.REGISTRY) == variants.PRECISIONS
-    assert variants.VARIANTS[:2] == ("single-fp32", "single-autocast")
+    assert variants.VARIANTS[:3] == ("single-fp32", "single-tf32", "single-autocast")
     assert variants.split_name(variants.variant_name("ddp", "autocast_bf16")) == ("ddp", "autocast_bf16")
 
 
@@ -373,3 +373,15 @@ def test_variant_options_make_a_small_run():
     assert (cfg.data.train_per_class, cfg.model.fc_dim) == (100, 256)
     mlproject = (REPO / "MLproject").read_text()
     assert "--per-class {per_class} --fc-dim {fc_dim}" in mlproject
+
+
+def test_mlflow_run_takes_the_model_name():
+    """`mlflow run . -P model=torchvision:resnet18` (MLproject) reaches model.name."""
+    from ampbench import cli, config
+
+    args = cli._parser().parse_args(["variant", "--model", "torchvision:resnet18"])
+    assert cli.all_overrides(args) == ["model.name=torchvision:resnet18"]
+    assert (
+        config.load_config(REPO / "params.yaml", cli.all_overrides(args)).model.name == "torchvision:resnet18"
+    )
+    assert "--model {model}" in (REPO / "MLproject").read_text()

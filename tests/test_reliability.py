@@ -704,9 +704,9 @@ def test_dp_without_gpus_records_one_device_and_warns(project):
 def test_autocast_unavailable_is_reported_as_not_used(monkeypatch, caplog):
     monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device_type: False)
     model = torch.nn.Linear(2, 2)
-    facts = precision.REGISTRY["autocast"].setup(model, torch.device("cpu")).facts
-    assert facts["autocast_used"] is False and facts["amp_dtype"] == "float32"
-    assert model.amp_enabled is False
+    run = precision.REGISTRY["autocast"].setup(model, torch.device("cpu"))
+    assert run.facts["autocast_used"] is False and run.facts["amp_dtype"] == "float32"
+    assert run.wrap(model) is model  # no autocast wrapper where autocast cannot run
     assert "autocast is not available" in caplog.text
 
 

@@ -232,6 +232,7 @@ def all_overrides(args) -> list[str]:
         ("data_url", "data.url"),
         ("per_class", "data.train_per_class"),
         ("fc_dim", "model.fc_dim"),
+        ("model", "model.name"),
     ):
         value = str(getattr(args, flag, "") or "").strip()
         if value:

@@ -15,6 +15,7 @@ def add_variant(v: argparse.ArgumentParser) -> None:
         ("--data-url", "data.url", ", e.g. a local archive"),
         ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
         ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
+        ("--model", "model.name", ", e.g. torchvision:resnet18 or mypkg.nets:make_model"),
     ):
         v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
 

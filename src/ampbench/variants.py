@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 PARALLELS = ("single", "dp", "ddp")
-PRECISIONS = ("fp32", "autocast", "autocast_gradscaler", "autocast_bf16")
+PRECISIONS = ("fp32", "tf32", "autocast", "autocast_gradscaler", "autocast_bf16")
 AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
 
 

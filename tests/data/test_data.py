@@ -363,14 +363,32 @@ def test_image_folder_archive_and_directory(server, image_folder, tmp_path):
 
 
 def test_image_folder_rejects_bad_trees(image_folder):
-    (image_folder / "train" / "bird" / "big.png").write_bytes(
-        torchvision.io.encode_png(_image(0, size=33)).numpy().tobytes()
-    )
-    with pytest.raises(prepared.DataError, match="big.png"):
+    (image_folder / "train" / "bird" / "broken.png").write_bytes(b"\x89PNG not really")
+    with pytest.raises(prepared.DataError, match="broken.png"):
         prepared.load_image_folder(image_folder)
+    (image_folder / "train" / "bird" / "broken.png").unlink()
     (image_folder / "train" / "unicorn").mkdir()
     with pytest.raises(prepared.DataError, match="unicorn"):
         prepared.load_image_folder(image_folder)
+
+
+def test_own_image_folder_any_size_resized_to_image_size(tmp_path):
+    """A user's data set: 3 classes, images of mixed sizes and aspects, resized to data.image_size
+    at download; the class count is the folders'."""
+    for split in ("train", "test"):
+        for i, name in enumerate(("cats", "dogs", "owls")):
+            (tmp_path / "own" / split / name).mkdir(parents=True)
+            for j, (h, w) in enumerate(((48, 40), (20, 64))):
+                img = torch.full((3, h, w), 50 * i, dtype=torch.uint8)
+                (tmp_path / "own" / split / name / f"{j}.png").write_bytes(
+                    torchvision.io.encode_png(img).numpy().tobytes()
+                )
+    summary = prepared.prepare(str(tmp_path / "own"), tmp_path / "own.pt", tmp_path / "cache", image_size=24)
+    ds = prepared.load_dataset(tmp_path / "own.pt")
+    assert summary["classes"] == ["cats", "dogs", "owls"] and ds["num_classes"] == 3
+    assert ds["train_images"].shape == (6, 3, 24, 24) and ds["test_images"].shape == (6, 3, 24, 24)
+    # resized, not cropped or padded: a uniform image stays uniform at its value
+    assert ds["train_images"][ds["train_labels"] == 2].unique().tolist() == [100]
 
 
 def test_image_folder_other_classes_sorted(tmp_path):

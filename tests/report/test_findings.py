@@ -260,3 +260,14 @@ def test_tost_against_scipys_one_sided_welch_tests():
     assert not far.equivalent and far.low > m - 0.01
     assert tost([0.85], b, m) is None  # one seed: no test
     assert tost([0.85, 0.85], [0.85, 0.85], m).equivalent  # identical, no spread: exactly 0
+
+
+def test_claim_1_gives_autocasts_gain_against_tf32_where_measured():
+    from ampbench.report import speed_claims
+
+    without = speed_claims.claim1({claims.TUTORIAL: TUTORIAL, claims.PROJECT: PROJECT}, None)
+    assert "autocast / tf32" not in without
+    tf32 = _record("single-tf32", SAME_ACC["fp32"], [68e3, 68.5e3, 69e3], batch=512, loader="device")
+    with_tf32 = {claims.TUTORIAL: TUTORIAL, claims.PROJECT: {**PROJECT, "single-tf32": tf32}}
+    text = speed_claims.claim1(with_tf32, None)
+    assert "autocast / tf32 = **2.00x** in images/s" in text and "fp32 above is true fp32" in text

@@ -1,11 +1,15 @@
-"""The tutorial's claim 4 demonstration (train.dp_autocast_outside_forward): where autocast is
-entered, and the dtype each DataParallel replica really ran (the `replica_dtypes` fact).
+"""The tutorial's claim 4 demonstration (train.dp_autocast_outside_forward): the precision's
+autocast wrapper outside the parallel wrapper instead of inside it, and the dtype each
+DataParallel replica really ran (the `replica_dtypes` fact).
 
-On the CPU DataParallel calls the module directly, so these tests check the mechanics only; the
-claim itself needs two GPUs (the `gpu` test below, and docs/FINDINGS.md's claim-4 section).
+On the CPU DataParallel calls the module directly, so these tests check the mechanics, and the
+replica threads are made by hand as torch's parallel_apply makes them; the claim itself on real
+replicas needs two GPUs (the `gpu` test below, and docs/FINDINGS.md's claim-4 section).
 """
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -33,50 +37,106 @@ def _one_step(outside: bool, prec: str = "autocast_bf16", parallel_name: str = "
     return trainer, probe.fact()
 
 
-def _outer(model: nn.Module) -> list[claim4.OuterAutocast]:
-    return [m for m in model.modules() if isinstance(m, claim4.OuterAutocast)]
+def _wrappers(model: nn.Module) -> list[precision.AutocastForward]:
+    return [m for m in model.modules() if isinstance(m, precision.AutocastForward)]
 
 
 def test_flag_on_moves_autocast_into_the_step_and_records_the_dtype():
     trainer, dtypes = _one_step(outside=True)
     raw, facts, called = trainer.raw_model, trainer.facts, trainer.model
-    assert not raw.amp_enabled
-    # What the step calls enters autocast around the (parallel-wrapped) model: the tutorial's placement.
-    assert isinstance(called, claim4.OuterAutocast)
+    # What the step calls is the precision's wrapper around the (parallel-wrapped) model: the
+    # tutorial's placement; the model itself is not wrapped a second time.
+    assert isinstance(called, precision.AutocastForward) and len(_wrappers(called)) == 1
     assert (called.device_type, called.dtype) == ("cpu", torch.bfloat16)
+    assert called.net is raw  # dp on a CPU returns the model itself; no wrapper inside it
+    assert not _wrappers(raw)
     assert facts["autocast_placement"] == "outside_forward" and facts["amp_dtype"] == "bfloat16"
     # dp on the CPU calls the module in this thread: the outer autocast reaches it, dtype and all.
     assert dtypes == "cpu=bfloat16"
 
 
-def test_flag_off_leaves_autocast_in_forward():
+def test_flag_off_puts_the_wrapper_inside_the_parallel_wrapper():
     trainer, dtypes = _one_step(outside=False)
-    assert trainer.raw_model.amp_enabled and "autocast_placement" not in trainer.facts
-    assert not _outer(trainer.model)  # the default step carries no trace of the demonstration
+    assert "autocast_placement" not in trainer.facts
+    # inside: the wrapper is what the strategy wrapped (dp on a CPU returns it as is)
+    assert isinstance(trainer.model, precision.AutocastForward) and trainer.model.net is trainer.raw_model
     assert dtypes == "cpu=bfloat16"
 
 
 def test_flag_on_fp32_has_nothing_to_move():
     trainer, dtypes = _one_step(outside=True, prec="fp32")
-    assert not _outer(trainer.model) and trainer.facts["autocast_placement"] == "none"
+    assert not _wrappers(trainer.model) and trainer.facts["autocast_placement"] == "none"
     assert dtypes == "cpu=float32"
 
 
-def test_probe_ignores_evaluation_and_the_outer_autocast_encloses_the_wrapper():
+def test_probe_ignores_evaluation_and_the_wrapper_goes_around_dataparallel():
     model = AlexNet(TINY.model).eval()
     probe = DtypeProbe(model)
     x = torch.zeros(2, 3, 32, 32, dtype=torch.uint8)
     model(x)
     assert probe.fact() == ""
-    model.amp_enabled = True
-    outer, fact = claim4.autocast_outside(model, nn.DataParallel(model))
-    assert fact == {"autocast_placement": "outside_forward"} and not model.amp_enabled
+    run = precision.REGISTRY["autocast"].setup(model, torch.device("cpu"))
+    outer, fact = claim4.autocast_outside(run, nn.DataParallel(model))
+    assert fact == {"autocast_placement": "outside_forward"}
     # Around DataParallel, not inside it: what its replica threads re-enter is the claim.
-    assert isinstance(outer.inner, nn.DataParallel)
+    assert isinstance(outer.net, nn.DataParallel)
     model.train()
     with torch.no_grad():
         outer(x)
-    assert probe.fact() == "cpu=bfloat16"  # the model's forward did not switch the outer one off
+    assert probe.fact() == "cpu=bfloat16"
+
+
+class _Plain(nn.Module):
+    """A model that knows nothing of AMP: no attributes, no autocast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
+def test_wrapper_inside_gives_every_replica_thread_the_configured_dtype():
+    """float16 on a CPU, whose autocast default is bfloat16: a thread that lost the dtype shows it.
+    Inside, each replica thread calls the wrapper, which enters its own autocast; outside (claim
+    4's placement), the threads get only the enabled flag and run the thread default."""
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    plain, x = _Plain(), torch.randn(2, 3, 2, 2)
+    seen: list[torch.dtype] = []
+    hook = plain.fc.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    inside = _ThreadedReplicas(precision.AutocastForward(plain, "cpu", torch.float16))
+    with torch.no_grad():
+        out = inside(x)
+    assert seen == [torch.float16, torch.float16] and out.dtype == torch.float32
+    seen.clear()
+    outside = precision.AutocastForward(_ThreadedReplicas(plain), "cpu", torch.float16)
+    with torch.no_grad():
+        outside(x)
+    hook.remove()
+    assert seen == [torch.bfloat16, torch.bfloat16]
+
+
+class _ThreadedReplicas(nn.Module):
+    """Two replica threads, each re-entering autocast as parallel_apply does (enabled flag only)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        enabled, outs = torch.is_autocast_enabled("cpu"), []
+
+        def replica(part: torch.Tensor) -> None:
+            with torch.autocast("cpu", enabled=enabled):
+                outs.append(self.net(part))
+
+        threads = [threading.Thread(target=replica, args=(p,)) for p in x.chunk(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return torch.cat([o.float() for o in outs])  # outputs of mixed dtypes: cat wants one
 
 
 @pytest.mark.slow  # a whole train stage as a subprocess

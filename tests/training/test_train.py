@@ -196,7 +196,7 @@ def test_variant_trains_and_is_tracked(trained: TrainedProject, parallel_name: s
     assert params["train.batch_size"] == str(BATCH)
     assert params["torch_version"] == torch.__version__
     assert (params["tf32_matmul"], params["tf32_cudnn"]) == ("False", "False")
-    autocast = precision_name != "fp32"
+    autocast = precision.REGISTRY[precision_name].dtype is not None  # tf32: fp32 activations
     assert params["amp_dtype"] == ("bfloat16" if autocast else "float32")  # CPU autocast: bfloat16
     assert result["amp_dtype"] == params["amp_dtype"]
     assert params["autocast_used"] == str(autocast)
@@ -367,18 +367,18 @@ def _record_dtypes(model: nn.Module) -> list:
 @pytest.mark.parametrize(
     ("precision_name", "expected"),
     # CPU autocast runs bfloat16 for every autocast precision (precision.CPU_AUTOCAST_DTYPE).
-    [(name, torch.float32 if name == "fp32" else torch.bfloat16) for name in precision.REGISTRY],
+    [(name, torch.float32 if p.dtype is None else torch.bfloat16) for name, p in precision.REGISTRY.items()],
 )
 def test_autocast_dtype_inside_forward_on_cpu(precision_name, expected):
     cpu = torch.device("cpu")
     cfg = _tiny_cfg()
     model = build.build_model(cfg, 10, cpu)
-    facts = precision.REGISTRY[precision_name].setup(model, cpu).facts
-    assert facts["amp_dtype"] == str(expected).removeprefix("torch.")
+    run = precision.REGISTRY[precision_name].setup(model, cpu)
+    assert run.facts["amp_dtype"] == str(expected).removeprefix("torch.")
     seen = _record_dtypes(model)
     images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     with torch.no_grad():
-        out = model(images)  # no outer autocast: the model enters it itself
+        out = run.wrap(model)(images)  # no outer autocast: the precision's wrapper enters it
     assert len(seen) == 8  # 5 convolutions + 3 linear layers
     assert {dtype for _, dtype in seen} == {expected}
     assert out.dtype == torch.float32 and out.shape == (2, 10)
@@ -390,6 +390,7 @@ def test_each_precision_names_its_cuda_dtype_and_scaler():
     found = {name: (p.dtype_on(cuda), p.grad_scaler) for name, p in precision.REGISTRY.items()}
     assert found == {
         "fp32": (None, False),
+        "tf32": (None, False),
         "autocast": (torch.float16, False),
         "autocast_gradscaler": (torch.float16, True),
         "autocast_bf16": (torch.bfloat16, False),
@@ -407,8 +408,8 @@ def test_autocast_dtype_inside_dataparallel_replicas():
     device = strategy.setup()
     raw = build.build_model(cfg, 10, device)
     # bfloat16, not autocast's default float16: a replica that lost the dtype would show float16.
-    precision.REGISTRY["autocast_bf16"].setup(raw, device)
-    model = strategy.wrap(raw)
+    run = precision.REGISTRY["autocast_bf16"].setup(raw, device)
+    model = strategy.wrap(run.wrap(raw))
     assert isinstance(model, nn.DataParallel)
     seen = _record_dtypes(raw)  # replicas share the hooks of the module they copy
     n = torch.cuda.device_count()

@@ -22,6 +22,12 @@ from ampbench.config.settings import (
 )
 from ampbench.config.strict import shown
 
+# model.name's forms (training/factory.py resolves them and lists torchvision's names on a miss).
+MODEL_NAME = re.compile(r"alexnet|torchvision:\w+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+MODEL_NAME_RULE = (
+    "is not a model: choose alexnet, torchvision:<name> (e.g. torchvision:resnet18; any "
+    "torchvision classification model) or <module.path>:<factory> (your own, e.g. mypkg.nets:make_model)"
+)
 _SHA256_RULE = 'must be 64 hexadecimal characters or empty (all digits or a leading 0: quote it, "0123...")'
 
 # CIFAR-10 (the sizes a subset setting of 0 means; other sources are estimated as CIFAR-10).
@@ -83,6 +89,14 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("data.retries", d.retries >= 1, "must be >= 1"),
         ("report.equivalence_margin_pts", 0 < cfg.report.equivalence_margin_pts < 100, "must be in (0, 100)"),
         ("data.timeout_s", d.timeout_s > 0, "must be > 0"),
+        ("data.image_size", 8 <= d.image_size <= 4096, "must be in [8, 4096] (pixels, square images)"),
+        ("model.name", bool(MODEL_NAME.fullmatch(m.name)), MODEL_NAME_RULE),
+        (
+            "data.image_size",
+            m.name != "alexnet" or d.image_size == 32,
+            "must be 32 with model.name alexnet (its classifier takes the 2x2 map of a 32x32 image): "
+            "set data.image_size: 32, or choose a model that takes other sizes (torchvision:resnet18)",
+        ),
         ("model.fc_dim", m.fc_dim >= 1, "must be >= 1"),
         ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),
         ("tracking.experiment", bool(k.experiment.strip()), "must not be empty"),
@@ -122,7 +136,8 @@ def _bounds(cfg: Config) -> list[str]:
 
 def _model_memory(cfg: Config) -> str:
     m = cfg.model
-    params = alexnet_parameters(m.fc_dim, m.batch_norm) if m.fc_dim >= 1 else 0
+    # Counted for the study's AlexNet only: other models are counted when built, not here (no torch).
+    params = alexnet_parameters(m.fc_dim, m.batch_norm) if m.fc_dim >= 1 and m.name == "alexnet" else 0
     need = params * BYTES_PER_PARAMETER
     if need <= MODEL_MEMORY_LIMIT:
         return ""

@@ -67,6 +67,10 @@ class DataConfig:
     """Class-balanced train subset for quick runs; 0 keeps all 5,000 per class."""
     test_per_class: int = 0
     """Class-balanced test subset; 0 keeps all 1,000 per class."""
+    image_size: int = 32
+    """Side of the square images the prepared file holds: an ImageFolder's images of any size are
+    resized to it at download (CIFAR's are 32). alexnet takes 32; torchvision models any size
+    their pooling allows (ViTs: 224)."""
     retries: int = 3
     """Download attempts before giving up."""
     timeout_s: float = 60.0
@@ -75,8 +79,12 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    name: str = "alexnet"
+    """The network (training/factory.py): alexnet (the study's, options below), torchvision:<name>
+    (any torchvision classification model, untrained, the data's class count) or
+    <module.path>:<factory> (your own: called with the class count, returns an nn.Module)."""
     fc_dim: int = 4096
-    """Width of AlexNet's two hidden fully connected layers (tests shrink it)."""
+    """Width of AlexNet's two hidden fully connected layers (tests shrink it; alexnet only)."""
     batch_norm: bool = True
     """BatchNorm after each convolution (stabilises large-batch and fp16 training)."""
     dropout: float = 0.0

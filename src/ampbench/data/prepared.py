@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ampbench.checkpoints import files
+from ampbench.data import resize
 from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
 
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
@@ -112,7 +113,7 @@ def _class_names(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
 
 
-def _decode_split(folder: Path, class_to_idx: dict[str, int]) -> tuple[torch.Tensor, list[int]]:
+def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tuple[torch.Tensor, list[int]]:
     import torchvision
     from torchvision.datasets.folder import make_dataset
 
@@ -120,7 +121,7 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int]) -> tuple[torch.Ten
         samples = make_dataset(str(folder), class_to_idx, extensions=IMAGE_EXTENSIONS)
     except FileNotFoundError as exc:
         raise DataError(f"{folder}: {exc}") from exc
-    images = torch.empty((len(samples), 3, 32, 32), dtype=torch.uint8)
+    images = torch.empty((len(samples), 3, size, size), dtype=torch.uint8)
     rgb = torchvision.io.ImageReadMode.RGB
     # torchvision deprecates its image io in favour of torchcodec (not a dependency here).
     with warnings.catch_warnings():
@@ -130,14 +131,15 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int]) -> tuple[torch.Ten
                 img = torchvision.io.decode_image(torchvision.io.read_file(path), mode=rgb)
             except RuntimeError as exc:
                 raise DataError(f"cannot decode image {path}: {exc}") from exc
-            if img.shape != (3, 32, 32) or img.dtype != torch.uint8:
-                raise DataError(f"image {path} is {tuple(img.shape)} {img.dtype}; need 32x32 8-bit")
-            images[i] = img
+            if img.dtype != torch.uint8:
+                raise DataError(f"image {path} is {img.dtype}; need 8-bit (re-save it as 8-bit PNG or JPEG)")
+            images[i] = resize.square(img, size)
     return images, [label for _, label in samples]
 
 
-def load_image_folder(root: Path) -> dict:
-    """Read `root/train/<class>/*` and `root/test/<class>/*` as uint8 RGB 32x32 images."""
+def load_image_folder(root: Path, size: int = 32) -> dict:
+    """Read `root/train/<class>/*` and `root/test/<class>/*` as uint8 RGB images, each resized to
+    size x size (data.image_size); the classes are the folders' names, as many as there are."""
     root = Path(root)
     train_classes, test_classes = _class_names(root / "train"), _class_names(root / "test")
     if not train_classes or train_classes != test_classes:
@@ -148,8 +150,8 @@ def load_image_folder(root: Path) -> dict:
     classes = CIFAR10_CLASSES if train_classes == set(CIFAR10_CLASSES) else sorted(train_classes)
     _warn_class_count(root, classes)
     class_to_idx = {name: i for i, name in enumerate(classes)}
-    train_images, train_labels = _decode_split(root / "train", class_to_idx)
-    test_images, test_labels = _decode_split(root / "test", class_to_idx)
+    train_images, train_labels = _decode_split(root / "train", class_to_idx, size)
+    test_images, test_labels = _decode_split(root / "test", class_to_idx, size)
     return _bundle(train_images, train_labels, test_images, test_labels, classes)
 
 
@@ -197,6 +199,7 @@ def prepare(
     timeout_s: float = 60.0,
     train_per_class: int = 0,
     test_per_class: int = 0,
+    image_size: int = 32,
 ) -> dict:
     """Fetch, extract, read, subset and save the data set; return a summary of what was written."""
     cache_dir = Path(cache_dir)
@@ -205,7 +208,9 @@ def prepare(
         tag = hashlib.sha256(source.encode()).hexdigest()[:12]
         local = safe_extract(local, cache_dir / f"extracted-{tag}")
     fmt, root = find_dataset_root(local)
-    ds = load_cifar_python(root) if fmt == "cifar-python" else load_image_folder(root)
+    ds = load_cifar_python(root) if fmt == "cifar-python" else load_image_folder(root, image_size)
+    for split in ("train", "test"):  # CIFAR's 32x32, for a model that wants larger images
+        ds[f"{split}_images"] = resize.square(ds[f"{split}_images"], image_size)
     for split, n in (("train", train_per_class), ("test", test_per_class)):
         ds[f"{split}_images"], ds[f"{split}_labels"] = balanced_subset(
             ds[f"{split}_images"], ds[f"{split}_labels"], n

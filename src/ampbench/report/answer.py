@@ -35,6 +35,7 @@ METRICS = {
     "acc_sd": ("test_accuracy_std", 100, 2),
     "img/s": ("images_per_second_mean", 1, 0),
     "mb": ("peak_memory_mb_mean", 1, 0),
+    "Speedup_tf32": ("speedup_vs_tf32", 1, 2),  # only where the study has single-tf32 (wider)
 }
 
 

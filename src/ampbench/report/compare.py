@@ -29,6 +29,13 @@ from ampbench.report.chart import chart, energy_measured
 log = logging.getLogger(__name__)
 
 BASELINE = "single-fp32"
+# PyTorch's own default on Ampere and newer (TF32 convolutions): AMP's gain against what a user
+# runs today, beside the gain against true fp32; only where the study has the tf32 variant.
+TF32_BASELINE = "single-tf32"
+TF32_NOTE = (
+    f" vs {TF32_BASELINE}: images/s against fp32 with TF32 math, PyTorch's default for convolutions "
+    "on Ampere and newer GPUs (single-fp32 is true fp32, TF32 off)."
+)
 ALPHA = 0.05
 COLUMNS = (
     "variant",
@@ -44,6 +51,7 @@ COLUMNS = (
     "images_per_second_mean",
     "images_per_second_std",
     "speedup",
+    "speedup_vs_tf32",
     "peak_memory_mb_mean",
     "peak_memory_mb_std",
     "train_joules_mean",
@@ -78,6 +86,8 @@ def summarize(records: dict[str, dict]) -> list[dict]:
     base = records.get(BASELINE)
     base_acc = [r["test_accuracy"] for r in base["seeds"]] if base else []
     base_ips = _ms([r["images_per_second"] for r in base["seeds"]])[0] if base else math.nan
+    tf32 = records.get(TF32_BASELINE)
+    tf32_ips = _ms([r["images_per_second"] for r in tf32["seeds"]])[0] if tf32 else math.nan
     rows = []
     for variant, rec in records.items():
         seeds = rec["seeds"]
@@ -94,6 +104,7 @@ def summarize(records: dict[str, dict]) -> list[dict]:
             "n/a" if math.isnan(row["p_value"]) else ("yes" if row["p_value"] < ALPHA else "no")
         )
         row["speedup"] = row["images_per_second_mean"] / base_ips if base_ips else math.nan
+        row["speedup_vs_tf32"] = row["images_per_second_mean"] / tf32_ips if tf32_ips else math.nan
         row["devices_used"] = ",".join(sorted({str(s["devices_used"]) for s in seeds}))
         row["device_name"] = seeds[0].get("device_name", "")
         row["amp_dtype"] = seeds[0].get("amp_dtype", "")
@@ -116,9 +127,12 @@ def _fmt(mean: float, std: float, digits: int) -> str:
 
 def to_markdown(rows: list[dict], notice: str = "") -> str:
     energy = energy_measured(rows)  # else two columns of n/a: said once in the note instead
+    tf32 = any(not math.isnan(r.get("speedup_vs_tf32", math.nan)) for r in rows)
     head = (
         "| variant | seeds | diverged | test accuracy | Δ vs single-fp32 | p (Welch) | significant "
-        "| train s | images/s | speed-up | peak MB |"
+        "| train s | images/s | speed-up |"
+        + (f" vs {TF32_BASELINE} |" if tf32 else "")
+        + " peak MB |"
         + (" energy kJ | images/J |" if energy else "")
         + " devices | amp dtype |"
     )
@@ -135,7 +149,9 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
             f"| {_fmt(r['test_accuracy_mean'], r['test_accuracy_std'], 4)} | {delta} | {p} "
             f"| {r['significant']} | {_fmt(r['train_seconds_mean'], r['train_seconds_std'], 1)} "
             f"| {_fmt(r['images_per_second_mean'], r['images_per_second_std'], 0)} "
-            f"| {r['speedup']:.2f}x | {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
+            f"| {r['speedup']:.2f}x "
+            + (f"| {r['speedup_vs_tf32']:.2f}x " if tf32 else "")
+            + f"| {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
             + (joules if energy else "")
             + f"| {r['devices_used']} | {r['amp_dtype']} |"
         )
@@ -160,7 +176,9 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
         f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
         f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
         "Diverged runs are counted in their variant and included in its means. Peak MB: device "
-        f"memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. {said}\n"
+        f"memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. {said}"
+        + (TF32_NOTE if tf32 else "")
+        + "\n"
     )
     title = "# Comparison of the variants\n\n" + (f"{notice}\n\n" if notice else "")
     return title + "\n".join(lines) + "\n\n" + check + "\n" + note
@@ -195,7 +213,9 @@ def subset_notice(cfg) -> str:
     return (
         f"> **DEMO ON A SUBSET, NOT THE STUDY'S RESULT.** Quick study (`{cfg.tracking.experiment}`): "
         f"{train} train and {test} test images per class, {t.epochs} epoch(s), batch {t.batch_size}, "
-        f"seeds {', '.join(map(str, t.seeds))}, model FC width {cfg.model.fc_dim}. It shows the "
+        f"seeds {', '.join(map(str, t.seeds))}, model {cfg.model.name}"
+        + (f" (FC width {cfg.model.fc_dim})" if cfg.model.name == "alexnet" else "")
+        + ". It shows the "
         "pipeline end to end (download, nine trains, nine evaluations, this comparison, MLflow); its "
         "accuracies, speeds and significance tests say nothing about what mixed precision or data "
         "parallelism buy. The study itself: `make run`."
@@ -209,6 +229,7 @@ def summary_metrics(rows: list[dict]) -> dict:
         "images_per_second_mean": "images_per_second",
         "train_seconds_mean": "train_seconds",
         "speedup": "speedup",
+        "speedup_vs_tf32": "speedup_vs_tf32",
     }
     return {
         r["variant"]: {short: round(r[k], 4) for k, short in keep.items() if not math.isnan(r[k])}

@@ -115,6 +115,16 @@ def _reading(res: dict, rungs: list[dict], defaults: dict | None, w: Words) -> l
         busy = _cell(defaults, "autocast")["device_busy"]
         ratio = f"{_ratio(defaults, 'autocast'):.2f}"
         out.append(w("why.defaults", rung=defaults["rung"], ratio=ratio, busy=f"{busy:.0%}"))
+        if _cell(defaults, "tf32"):  # explain measures tf32 on CUDA: AMP's gain against it too
+            vs_tf32 = _ratio(defaults, "autocast") / _ratio(defaults, "tf32")
+            out.append(
+                w(
+                    "why.tf32",
+                    rung=defaults["rung"],
+                    ratio=f"{vs_tf32:.2f}",
+                    tf32=f"{_ratio(defaults, 'tf32'):.2f}",
+                )
+            )
     with_gs = [r for r in rungs if _cell(r, "autocast_gradscaler")]
     if with_gs:
         items = w.list(  # images/s ratios, as every other figure of the ladder

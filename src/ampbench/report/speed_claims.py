@@ -105,6 +105,11 @@ def claim1(studies: dict, bench: dict | None, w: Words = ENGLISH) -> str:
         w("c1.bullet", label=w.name(label), ratio=f"{s:.2f}", p=fmt_p(p, w))
         for label, (s, p) in speed.items()
     ]
+    with_tf32 = {label: runs for label, runs in studies.items() if "single-tf32" in runs}
+    lines += [  # AMP's gain against what PyTorch runs by default, where the study measured tf32
+        w("c1.tf32", label=w.name(label), ratio=f"{s:.2f}", p=fmt_p(p, w))
+        for label, (s, p) in _speed(with_tf32, AC, "tf32").items()
+    ]
     lines += ["", _where_time_goes(studies, bench, w), ""]
     tut, proj = f"{speed[TUTORIAL][0]:.2f}", f"{speed[PROJECT][0]:.2f}"
     rule = w("c1.rule", barely=BARELY)

@@ -54,6 +54,8 @@ EN = {
     "c1.tutorial": "The tutorial: 20 epochs took 22 min 22 s in fp32 and 21 min 21 s with autocast "
     "(1.05x), one hand-timed run each.",
     "c1.bullet": "- {label}: autocast / fp32 = **{ratio}x** in images/s (Welch p on images/s {p})",
+    "c1.tf32": "- {label}: autocast / tf32 = **{ratio}x** in images/s (Welch p {p}): against fp32 with "
+    "TF32 math, PyTorch's default for convolutions on Ampere and newer (fp32 above is true fp32)",
     "c1.rule": "a speed-up under {barely}x counts as barely",
     "c1.both": "{tut}x and {proj}x under both conditions ({rule})",
     "c1.tutorial_only": "{tut}x there, {proj}x under the project's defaults ({rule})",
@@ -134,6 +136,8 @@ EN = {
     "{after}x.",
     "why.defaults": "At the project's defaults ({rung}) autocast trains at {ratio}x fp32, the device "
     "busy {busy} of the time.",
+    "why.tf32": "Against TF32 (fp32 with TF32 math, PyTorch's default for convolutions on Ampere and "
+    "newer) rather than true fp32, autocast trains at {ratio}x there ({rung}); TF32 itself at {tf32}x fp32.",
     "why.gs": "GradScaler's images/s against autocast's, rung by rung (claim 2): {items}.",
     "why.cross": "Batch crossover (the defaults' bare step): autocast reaches 1.5x fp32 {at15} and 2x {at2}.",
     "why.from_batch": "from batch {batch}",

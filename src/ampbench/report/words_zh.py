@@ -51,6 +51,8 @@ ZH = {
     "c1.tutorial": "原教程：20 个 epoch 在 fp32 下用了 22 分 22 秒，用 autocast 用了 21 分 21 秒（1.05x），"
     "各为一次手工计时。",
     "c1.bullet": "- {label}：autocast / fp32 = **{ratio}x**（按图像/秒计；图像/秒的 Welch p 为 {p}）",
+    "c1.tf32": "- {label}：autocast / tf32 = **{ratio}x**（按图像/秒计；Welch p 为 {p}）：基准为启用 TF32 "
+    "运算的 fp32，即 PyTorch 在 Ampere 及更新 GPU 上卷积的默认设置（上文的 fp32 为真正的 fp32）",
     "c1.rule": "加速比低于 {barely}x 视为“几乎没有”",
     "c1.both": "两种条件下分别为 {tut}x 和 {proj}x（{rule}）",
     "c1.tutorial_only": "教程条件下为 {tut}x，本项目默认设置下为 {proj}x（{rule}）",
@@ -124,6 +126,8 @@ ZH = {
     "why.waits": "此时设备大部分时间都在等待主机，训练步再快也几乎体现不出来：这就是论断 1 所说的“几乎没有”。",
     "why.top": "autocast 加速比的最大一次提升出现在 {rung}，即{change}：从 {before}x 升到 {after}x。",
     "why.defaults": "在本项目的默认设置下（{rung}），autocast 的训练速度是 fp32 的 {ratio}x，设备有 {busy} 的时间在工作。",
+    "why.tf32": "若以 TF32（启用 TF32 运算的 fp32，PyTorch 在 Ampere 及更新 GPU 上卷积的默认设置）而非真正的 fp32 "
+    "为基准，autocast 在该处（{rung}）的训练速度是其 {ratio}x；TF32 本身是 fp32 的 {tf32}x。",
     "why.gs": "逐级比较 GradScaler 与 autocast 的每秒训练图像数（论断 2）：{items}。",
     "why.cross": "batch 交叉点（默认设置下的裸训练步）：autocast {at15}达到 fp32 的 1.5x，{at2}达到 2x。",
     "why.from_batch": "从 batch {batch} 起",

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 def train_flops_per_image(cfg, num_classes: int) -> float:
     """Model FLOPs of one forward + backward, per image (counted, not assumed)."""
     model = build.build_model(cfg, num_classes, torch.device("cpu"))
-    x = torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8)
+    size = cfg.data.image_size
+    x = torch.randint(0, 255, (2, 3, size, size), dtype=torch.uint8)
     with FlopCounterMode(display=False) as counter:
         model(x).sum().backward()
     return counter.get_total_flops() / 2
@@ -74,7 +75,7 @@ def _warm_steps(step, warmup: int) -> int:
 def _trainer(cfg, variant: str, dataset: dict, strategy):
     prec = precision.REGISTRY[variant.split("-", 1)[1]]
     torch.manual_seed(0)
-    trainer = build.setup(cfg, prec, strategy, 10, 10**6)
+    trainer = build.setup(cfg, prec, strategy, len(dataset["classes"]), 10**6)
     return build.make_step(trainer, cfg, strategy), trainer.facts
 
 

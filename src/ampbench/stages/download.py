@@ -28,6 +28,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         timeout_s=d.timeout_s,
         train_per_class=d.train_per_class,
         test_per_class=d.test_per_class,
+        image_size=d.image_size,
     )
     made = {**data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
     SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n")
@@ -42,7 +43,12 @@ def data_source(cfg: Config) -> dict:
         "data.sha256": d.sha256,
         "data.train_per_class": d.train_per_class,
         "data.test_per_class": d.test_per_class,
+        "data.image_size": d.image_size,
     }
+
+
+# Settings added after files were prepared, with the value such a file was made with.
+_ADDED_LATER = {"data.image_size": 32}
 
 
 def prepared_mismatch(cfg: Config) -> list[str]:
@@ -51,9 +57,9 @@ def prepared_mismatch(cfg: Config) -> list[str]:
         return []  # prepared by hand or by an older version: nothing to compare
     made = json.loads(SOURCE_FILE.read_text())
     return [
-        f"{k}: prepared from {made.get(k)!r}, configured {v!r}"
+        f"{k}: prepared from {made.get(k, _ADDED_LATER.get(k))!r}, configured {v!r}"
         for k, v in data_source(cfg).items()
-        if made.get(k) != v
+        if made.get(k, _ADDED_LATER.get(k)) != v
     ]
 
 

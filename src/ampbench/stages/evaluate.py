@@ -27,9 +27,8 @@ from ampbench.checkpoints.state import ModelFile
 from ampbench.config import ModelConfig
 from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs
-from ampbench.training import precision
+from ampbench.training import factory, precision
 from ampbench.training.measure import predict
-from ampbench.training.model import AlexNet
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +80,11 @@ def _retrain_hint(path: Path) -> str:
 
 
 def _build_model(saved: ModelFile, path: Path) -> torch.nn.Module:
-    """The AlexNet the file's own config describes, with its weights; a clear error if they disagree."""
+    """The model the file's own config describes (the one factory), with its weights (and, for
+    models other than alexnet, the train split's statistics); a clear error if they disagree."""
     try:
-        model = AlexNet(ModelConfig(**saved.config["model"]), len(saved.classes))
+        size = saved.config.get("data", {}).get("image_size", factory.ALEXNET_SIZE)  # older files: 32
+        model = factory.build(ModelConfig(**saved.config["model"]), len(saved.classes), size)
         model.load_state_dict(saved.state_dict)
     except (KeyError, TypeError, RuntimeError) as err:  # missing keys, unknown config keys, shapes
         detail = " ".join(str(err).split())[:400]
@@ -101,8 +102,8 @@ def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[t
     saved = ModelFile.load(path)
     model = _build_model(saved, path)
     model.to(device)
-    precision.REGISTRY[precision_name].setup(model, device)
-    return model, saved.to_dict()
+    run = precision.REGISTRY[precision_name].setup(model, device)  # sets TF32 as the variant trained
+    return run.wrap(model), saved.to_dict()
 
 
 def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], dict]:
@@ -159,7 +160,6 @@ def evaluate_variant(
     clock = clock or StageClock()
     precision_name = variant.split("-", 1)[1]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    precision.disable_tf32()  # fp32 is evaluated in true fp32 too
     classes = list(dataset["classes"])
     images, labels = dataset["test_images"].to(device), dataset["test_labels"]
     per_seed, curves, confusion_rows, variant_runs = [], [], [], set()

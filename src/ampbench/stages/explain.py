@@ -94,8 +94,11 @@ def _rung(em, name: str, what: str, cfg, dataset, strategy, energy, opts: dict) 
         em.measure_cell(cfg, p, dataset, strategy, energy, flops, opts)
         for p in em.precisions(strategy.device)
     ]
+    tf32 = next((c for c in cells if c["precision"] == "tf32"), None)
     for c in cells:
         c["speedup_vs_fp32"] = c["images_per_second"] / cells[0]["images_per_second"]
+        if tf32:  # AMP's gain against what PyTorch runs by default on Ampere and newer
+            c["speedup_vs_tf32"] = c["images_per_second"] / tf32["images_per_second"]
     summary = ", ".join(
         f"{c['precision']} {c['images_per_second']:,.0f} img/s {c['speedup_vs_fp32']:.2f}x "
         f"busy {c['device_busy']:.0%} syncs {c['host_syncs_per_step']:.1f}"
@@ -126,17 +129,19 @@ def to_markdown(res: dict) -> str:
     lines = [f"# Why AMP pays or not: {res['hardware']}", ""]
     if res["note"]:
         lines += [f"**{res['note']}**", ""]
-    o = res["options"]
+    o, vs_tf32 = res["options"], any("speedup_vs_tf32" in c for r in res["rungs"] for c in r["cells"])
     lines += [
-        f"TF32 off. Per cell: {o['windows']} windows of {o['steps']} steps after a warm-up epoch, "
+        f"TF32 off{' but in the tf32 cells' if vs_tf32 else ''}. "
+        f"Per cell: {o['windows']} windows of {o['steps']} steps after a warm-up epoch, "
         f"images/s as median (min–max); device busy and host syncs from torch.profiler over "
         f"{o['profile_steps']} steps; energy from NVML's counter "
         f"({'present' if res['energy_counter'] else 'n/a here'}). "
         f"MLflow run: {res.get('run_id') or 'not recorded'}.",
         "",
-        "| rung | change | batch | precision | images/s | min–max | ms/step | speed-up vs fp32 | device busy "
-        "| host syncs/step | peak MB | TFLOP/s | J/image |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rung | change | batch | precision | images/s | min–max | ms/step | speed-up vs fp32 "
+        + ("| vs tf32 " if vs_tf32 else "")
+        + "| device busy | host syncs/step | peak MB | TFLOP/s | J/image |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if vs_tf32 else ""),
     ]
     for r in res["rungs"]:
         for i, c in enumerate(r["cells"]):
@@ -148,7 +153,9 @@ def to_markdown(res: dict) -> str:
             )
             lines.append(
                 f"| {r['rung']} | {change} | {r['batch']} | {c['precision']} | {ips} | {lo}–{hi} "
-                f"| {c['ms_per_step']:.2f} | {c['speedup_vs_fp32']:.2f}x | {c['device_busy']:.0%} "
+                f"| {c['ms_per_step']:.2f} | {c['speedup_vs_fp32']:.2f}x "
+                + (f"| {c['speedup_vs_tf32']:.2f}x " if vs_tf32 else "")
+                + f"| {c['device_busy']:.0%} "
                 f"| {c['host_syncs_per_step']:.1f} "
                 f"| {c['peak_memory_mb']:,.0f} | {c['tflops']:.1f} | {joules} |"
             )

@@ -111,7 +111,7 @@ def train_variant(
         per_process = strategy.per_process_batch(cfg.train.batch_size)
         dataset = prepared.load_dataset(data_file)
         loader.check_batch(cfg.train.batch_size, dataset)
-        tf32 = precision.disable_tf32()
+        tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant
         _refuse_foreign_checkpoints(work, cfg, variant, fresh)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations

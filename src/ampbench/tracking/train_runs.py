@@ -103,7 +103,7 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
         tracker.resume(known["run_id"])
         return known["run_id"]
     parallel_name, precision_name = variant.split("-", 1)
-    tags = {"parallel": parallel_name, "precision": precision_name}
+    tags = {"parallel": parallel_name, "precision": precision_name, "model": cfg.model.name}
     params = {
         "variant": variant,
         **tags,

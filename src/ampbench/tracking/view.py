@@ -175,6 +175,8 @@ def answer_tags(row: dict) -> dict[str, str]:
         "images/s": _num(row["images_per_second_mean"], ",.0f"),
         "peak MB": _num(row["peak_memory_mb_mean"], ",.0f"),
     }
+    if not math.isnan(row.get("speedup_vs_tf32", math.nan)):  # where the study has single-tf32
+        tags["vs tf32"] = f"{_num(row['speedup_vs_tf32'], '.2f')}x"
     joules = row.get("train_joules_mean")
     if joules is not None and not math.isnan(joules):
         tags["energy"] = f"{joules / 1e3:,.2f} kJ"

@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from ampbench.config import Config
-from ampbench.training import claim4
+from ampbench.training import claim4, factory
 from ampbench.training.compiler import Compiler
-from ampbench.training.model import AlexNet
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionRun, PrecisionStrategy
 from ampbench.training.step import Stats, Step
@@ -59,7 +58,7 @@ class Trainer:
     """What one variant trains with: the model (raw and wrapped), optimizer, schedule, precision."""
 
     raw_model: nn.Module  # what is saved and evaluated
-    model: nn.Module  # wrapped by the parallel strategy (and claim4, if set): what the step calls
+    model: nn.Module  # wrapped by the precision, then the parallel strategy: what the step calls
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LRScheduler
     precision: PrecisionRun  # the run's loss scaling (GradScaler), enabled or not
@@ -88,18 +87,26 @@ class Trainer:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
 
 
-def build_model(cfg: Config, num_classes: int, device: torch.device) -> nn.Module:
-    """The configured AlexNet on `device` (channels_last on CUDA if configured)."""
-    model = AlexNet(cfg.model, num_classes).to(device)
+def build_model(cfg: Config, num_classes: int, device: torch.device, stats=None) -> nn.Module:
+    """The configured model (``model.name``, through the one factory) on `device`, channels_last
+    on CUDA if configured. `stats`: the train split's per-channel (mean, std), factory.channel_stats."""
+    model = factory.build(cfg.model, num_classes, cfg.data.image_size, stats).to(device)
     if device.type == "cuda" and cfg.train.channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model
 
 
 def setup(
-    cfg: Config, prec: PrecisionStrategy, strategy: ParallelStrategy, num_classes: int, total_steps: int
+    cfg: Config,
+    prec: PrecisionStrategy,
+    strategy: ParallelStrategy,
+    num_classes: int,
+    total_steps: int,
+    stats=None,
 ) -> Trainer:
-    """Model, wrapped model, fused SGD, one-cycle schedule and precision state for one variant."""
+    """Model, wrapped model, fused SGD, one-cycle schedule and precision state for one variant.
+    The wrappers, inside out: the precision's forward context (autocast: each DataParallel replica
+    enters it itself), the compiler's (autocast inside the compiled graph), the strategy's."""
     t, device = cfg.train, strategy.device
     if _compiler_import is not None:
         _compiler_import.join()
@@ -108,14 +115,15 @@ def setup(
             f"only {total_steps} training steps (train.epochs x train set / train.batch_size): the "
             "one-cycle schedule needs at least 4; raise train.epochs or lower train.batch_size"
         )
-    raw_model = build_model(cfg, num_classes, device)
+    raw_model = build_model(cfg, num_classes, device, stats)
     run = prec.setup(raw_model, device)
     facts = dict(run.facts)
     compiler = _compiler(t.compile, strategy)
-    model = strategy.wrap(compiler.wrap(raw_model))
     if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated; never otherwise
-        model, placement = claim4.autocast_outside(raw_model, model)
+        model, placement = claim4.autocast_outside(run, strategy.wrap(compiler.wrap(raw_model)))
         facts.update(placement)
+    else:
+        model = strategy.wrap(compiler.wrap(run.wrap(raw_model)))
     use_graph = t.cuda_graph and strategy.capturable()
     facts["cuda_graph_used"] = use_graph
     torch.backends.cudnn.benchmark = t.cudnn_benchmark

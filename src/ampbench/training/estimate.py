@@ -111,17 +111,19 @@ def remaining_seed_steps(
 def measure_step_seconds(
     cfg: Config, precision_name: str, batch: int, steps: int = 2, warmup: int = 1, device: str = "cpu"
 ) -> float:
-    """Seconds per training step of the configured model, on random uint8 images of CIFAR's shape."""
-    from ampbench.training import precision
-    from ampbench.training.model import AlexNet
+    """Seconds per training step of the configured model (the one factory), on random uint8 images
+    of the configured size (CIFAR-10's class count)."""
+    from ampbench.training import factory, precision
 
     dev = torch.device(device)
     torch.manual_seed(0)
-    model = AlexNet(cfg.model, CIFAR_CLASSES).to(dev)
-    run = precision.REGISTRY[precision_name].setup(model, dev)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=cfg.train.momentum, nesterov=True)
+    size = cfg.data.image_size
+    raw = factory.build(cfg.model, CIFAR_CLASSES, size).to(dev)
+    run = precision.REGISTRY[precision_name].setup(raw, dev)
+    model = run.wrap(raw)
+    opt = torch.optim.SGD(raw.parameters(), lr=1e-3, momentum=cfg.train.momentum, nesterov=True)
     loss_fn = torch.nn.CrossEntropyLoss()
-    images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=dev)
+    images = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, device=dev)
     labels = torch.randint(0, CIFAR_CLASSES, (batch,), device=dev)
 
     def one() -> None:

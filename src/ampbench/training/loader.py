@@ -94,7 +94,9 @@ class TorchLoader(DeviceLoader):
         import torchvision.transforms.v2 as T  # only this reference pipeline needs torchvision
 
         self.device = device
-        transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.PILToTensor()])
+        transform = T.Compose(
+            [T.RandomCrop(images.shape[-1], padding=4), T.RandomHorizontalFlip(), T.PILToTensor()]
+        )
         self.dataset = _PilDataset(images, labels, transform)
         self.labels = labels
         self.global_batch, self.rank, self.world = global_batch, rank, world_size

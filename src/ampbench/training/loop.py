@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm import tqdm
 
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
-from ampbench.training import build, energy, loader, measure
-from ampbench.training.model import AlexNet, DtypeProbe
+from ampbench.training import build, energy, factory, loader, measure
+from ampbench.training.model import DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionStrategy
 from ampbench.training.step import epoch_metrics
@@ -95,12 +95,14 @@ class SeedTraining:
         torch.manual_seed(job.seed)  # identical initial weights on every rank and variant
         self.batches = loader.make(t.loader, job.data, t.batch_size, job.strategy, job.seed, t.workers)
         total = t.epochs * len(self.batches)
-        self.trainer = build.setup(job.cfg, job.precision, job.strategy, len(job.data["classes"]), total)
+        stats = factory.data_stats(job.cfg.model, job.data["train_images"])  # the input's normalisation
+        n_classes = len(job.data["classes"])
+        self.trainer = build.setup(job.cfg, job.precision, job.strategy, n_classes, total, stats)
         self.step = build.make_step(self.trainer, job.cfg, job.strategy)
         # what each (DataParallel) replica really ran
         # (not under train.compile: the hook's first-call-only record would recompile the graph)
         compiled = self.trainer.compiler.enabled
-        self.probe = None if compiled else DtypeProbe(cast(AlexNet, self.trainer.raw_model))
+        self.probe = None if compiled else DtypeProbe(self.trainer.raw_model)
         self.state: dict[str, Any] = {"epoch": 0, "step": 0, "history": [], "stats": None, "elapsed": 0.0}
         self.state["joules"] = 0.0
         # the GPUs this process drives: all visible ones under DataParallel, its own under DDP
@@ -287,6 +289,7 @@ class SeedTraining:
             **self.saves,
             **self.times,
             **self.trainer.compiler.facts(),
+            **self.step.graph_facts(),  # a model that could not be captured fell back to eager
         )
         return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
 

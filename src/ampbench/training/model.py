@@ -1,8 +1,9 @@
-"""AlexNet for 32x32 CIFAR images, with autocast entered inside ``forward``.
+"""AlexNet for 32x32 CIFAR images (``model.name: alexnet``, the study's network), and the probe
+that records the dtype each replica ran.
 
-Autocast state is thread-local and ``nn.DataParallel`` re-enters it in its replica threads with
-only ``enabled=``, not the dtype, so an outer bf16 autocast would make replicas run fp16. Entering
-autocast in the model's own forward gives every replica (and every DDP process) the same dtype.
+The model knows nothing of precision: autocast is entered by the precision's own wrapper module
+(``precision.AutocastForward``), placed inside the parallel strategy's wrapper. Build it through
+``training/factory.py``, the one model factory every command uses.
 
 The model takes uint8 images (N, 3, 32, 32) and normalises them itself, so the device-resident
 loader, the DataLoader path and evaluation all feed the same thing.
@@ -56,34 +57,28 @@ class AlexNet(nn.Module):
         )
         self.register_buffer("mean", torch.tensor(MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("inv_std", 1 / (torch.tensor(STD).view(1, 3, 1, 1) * 255), False)
-        # Set by the precision strategy; plain attributes so DataParallel replicas copy them.
-        self.amp_enabled = False
-        self.amp_dtype = torch.bfloat16
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = (images.float() - self.mean) * self.inv_std
-        if not self.amp_enabled:
-            # No autocast entered, not even a disabled one: that would switch off a caller's
-            # (claim4.py enters one around the model). Nothing in training enters one otherwise.
-            return self.classifier(self.features(x)).float()
-        with torch.autocast(x.device.type, dtype=self.amp_dtype):
-            return self.classifier(self.features(x)).float()
+        return self.classifier(self.features(x))
 
 
 class DtypeProbe:
     """Records the dtype the first convolution produced in training, per device (every run: the
     `replica_dtypes` fact; the claim-4 demonstration, claim4.py, is where it tells most).
 
-    A forward hook on the AlexNet's first Conv2d; DataParallel's replicas share the hook (replicate
-    copies the module's hook dict), so each GPU's replica reports its own output dtype. Only the
-    first training forward per device is kept (one dict lookup per call after that); evaluation
-    (eval mode) is not recorded. Under a CUDA graph the hook runs at capture, which is the step.
+    A forward hook on the model's first Conv2d (or, without one, its first Linear): any model.
+    DataParallel's replicas share the hook (replicate copies the module's hook dict), so each GPU's
+    replica reports its own output dtype. Only the first training forward per device is kept (one
+    dict lookup per call after that); evaluation (eval mode) is not recorded. Under a CUDA graph
+    the hook runs at capture, which is the step. A model with neither layer records nothing.
     """
 
-    def __init__(self, model: AlexNet) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.seen: dict[str, str] = {}
-        conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
-        self.handle = conv.register_forward_hook(self._hook)
+        layers = [m for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+        first = next((m for m in layers if isinstance(m, nn.Conv2d)), layers[0] if layers else None)
+        self.handle = first.register_forward_hook(self._hook) if first is not None else None
 
     def _hook(self, module: nn.Module, inputs, output: torch.Tensor) -> None:
         if module.training and str(output.device) not in self.seen:

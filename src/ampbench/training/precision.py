@@ -1,15 +1,22 @@
-"""Precision strategies: ``fp32``, ``autocast``, ``autocast_gradscaler`` and ``autocast_bf16``.
+"""Precision strategies: ``fp32``, ``tf32``, ``autocast``, ``autocast_gradscaler``, ``autocast_bf16``.
 
 Each is a small frozen object in ``REGISTRY``, the one registry every stage, the CLI, the config
 checks and DVC's matrix read their names from; the training loop never branches on it.
 ``torch.autocast(..., enabled=False)`` and ``GradScaler(enabled=False)`` are no-ops, so one step
 serves all of them. ``fp32`` is true fp32: TF32 is switched off for matmuls and cuDNN (PyTorch
-enables TF32 convolutions by default on Ampere and newer), and what was really used is reported.
+enables TF32 convolutions by default on Ampere and newer); ``tf32`` is fp32 weights and
+activations with TF32 tensor-core math for convolutions and matmuls, the baseline most users run
+without knowing. Every precision sets both flags in ``setup``, so an fp32 run after a tf32 one in
+the same process is true fp32 again, and what was really used is reported.
 
-A strategy is stateless and shared by every run. ``setup(model, device)`` makes the model compute
-in its precision and returns a ``PrecisionRun``: one run's state (the GradScaler) behind the few
-calls the step, the loop and checkpoints make. The scaler is owned here, so its private tensors
-(the scale and the found-inf flags, read without a host sync) are read in this module only.
+A strategy is stateless and shared by every run. ``setup(model, device)`` returns a
+``PrecisionRun``: one run's state (the GradScaler) behind the few calls the step, the loop and
+checkpoints make, and ``wrap(model)``, the model computing in the precision. The model knows
+nothing of precision: ``AutocastForward`` enters autocast in its own forward, and the parallel
+strategy wraps that, so every DataParallel replica (a thread, where autocast state is thread-local)
+and every DDP process runs the configured dtype, for any model. The scaler is owned here, so its
+private tensors (the scale and the found-inf flags, read without a host sync) are read in this
+module only.
 
 Adding a precision that autocast and GradScaler can express (say, fp16 without channels_last) is
 one ``Precision(...)`` entry below. One that needs other machinery (fp8 through an extension) is a
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +47,11 @@ class PrecisionRun(Protocol):
     and may be captured whole in a CUDA graph: they must stay on the device.
     """
 
-    facts: dict  # what is really in use, for logging: autocast_used, amp_dtype, grad_scaler_used
+    facts: dict  # what is really in use, for logging: autocast_used, amp_dtype, grad_scaler_used, tf32
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """`model` computing in this precision (the parallel strategy wraps what this returns)."""
+        ...
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` (scaled first where loss scaling is on)."""
@@ -74,17 +86,53 @@ class PrecisionStrategy(Protocol):
     @property
     def name(self) -> str: ...  # read-only: the registry's objects are frozen
 
-    def setup(self, model: torch.nn.Module, device: torch.device) -> PrecisionRun:
-        """Make the model compute in this precision (in its own forward); return the run's state."""
+    @property
+    def tf32(self) -> bool: ...  # TF32 tensor-core math for fp32 convolutions and matmuls
+
+    def tf32_on(self, device: torch.device) -> bool:
+        """Whether this precision runs TF32 on `device` (setup sets the flags so)."""
         ...
+
+    def setup(self, model: torch.nn.Module, device: torch.device) -> PrecisionRun:
+        """Set the backend flags this precision needs; return the run's state (``wrap`` it)."""
+        ...
+
+
+class AutocastForward(nn.Module):
+    """Calls `net` inside ``torch.autocast(device_type, dtype)``: the precision's forward context.
+
+    Plain attributes, so DataParallel's replicas copy them (replicate copies ``__dict__``) and each
+    replica thread enters its own autocast with the dtype, not only the enabled flag the threads
+    inherit. Entering autocast inside a forward is capturable in a CUDA graph and compilable.
+    Logits come back in float32 whatever the dtype (the loss and the statistics read them).
+    """
+
+    def __init__(self, net: nn.Module, device_type: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        # Not named `module`: that would pass for the DataParallel / DDP wrapper's model.
+        self.net = net
+        self.device_type, self.dtype = device_type, dtype
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.net(*args, **kwargs).float()
 
 
 class AmpRun:
     """A ``PrecisionRun`` over one GradScaler, enabled or not (a disabled one passes everything
     through, so one implementation serves every precision autocast and GradScaler can express)."""
 
-    def __init__(self, scaler: torch.amp.GradScaler, facts: dict, device: torch.device) -> None:
-        self._scaler, self.facts, self._device = scaler, facts, device
+    def __init__(
+        self, scaler: torch.amp.GradScaler, facts: dict, device: torch.device, dtype: torch.dtype | None
+    ) -> None:
+        self._scaler, self.facts, self._device, self._dtype = scaler, facts, device, dtype
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """`model` inside an ``AutocastForward``, or as is without autocast: fp32 enters none at
+        all, not even a disabled one, which would switch a caller's off (claim4.py)."""
+        if self._dtype is None:
+            return model
+        return AutocastForward(model, self._device.type, self._dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Scale the loss (a no-op when disabled) and backpropagate it."""
@@ -135,12 +183,14 @@ class AmpRun:
 
 @dataclass(frozen=True)
 class Precision:
-    """Autocast to ``dtype`` (None: no autocast, fp32) inside the model's forward, and optionally
-    GradScaler, which keeps fp16 gradients from underflowing (bf16 has fp32's range: no need)."""
+    """Autocast to ``dtype`` (None: no autocast, fp32) around the model's forward, optionally
+    GradScaler, which keeps fp16 gradients from underflowing (bf16 has fp32's range: no need), and
+    TF32 math for what runs in fp32 (off: true fp32)."""
 
     name: str
     dtype: torch.dtype | None
     grad_scaler: bool = False
+    tf32: bool = False
 
     def dtype_on(self, device: torch.device) -> torch.dtype | None:
         """The autocast dtype this precision runs on `device` (None: fp32)."""
@@ -148,19 +198,29 @@ class Precision:
             return self.dtype
         return CPU_AUTOCAST_DTYPE
 
-    def setup(self, model: torch.nn.Module, device: torch.device) -> AmpRun:
-        """Make `model` autocast in its own forward (or not); return the run's scaler state."""
-        return AmpRun(*self._convert(model, device), device)
+    def tf32_on(self, device: torch.device) -> bool:
+        """TF32 on `device`: a CUDA tensor-core mode; a CPU runs true fp32 (see setup)."""
+        return self.tf32 and device.type == "cuda"
 
-    def _convert(self, model: torch.nn.Module, device: torch.device) -> tuple[torch.amp.GradScaler, dict]:
+    def setup(self, model: torch.nn.Module, device: torch.device) -> AmpRun:
+        """Set TF32 as this precision says; return the run's state (its ``wrap`` adds autocast).
+        `model` is not changed: the precision's context lives in the wrapper."""
         dtype = self.dtype_on(device)
-        autocast_ok = torch.amp.is_autocast_available(device.type)
-        if dtype is not None and not autocast_ok:
+        if dtype is not None and not torch.amp.is_autocast_available(device.type):
             log.warning("autocast is not available on %s: running without it", device.type)
-        # Read by AlexNet.forward; plain attributes, so DataParallel replicas copy them.
-        model.amp_enabled = dtype is not None and autocast_ok  # type: ignore[assignment]
-        if dtype is not None:
-            model.amp_dtype = dtype  # type: ignore[assignment]
+            dtype = None
+        scaler, facts = self._scaler(device, dtype)
+        # TF32 is a CUDA tensor-core mode. Its matmul flag is the process's float32 matmul
+        # precision, which CPU kernels may read too (oneDNN's reduced-precision paths): a CPU runs
+        # true fp32, so that the tf32 rows of a CPU run are the fp32 rows, not something else.
+        if self.tf32 and device.type != "cuda":
+            log.warning(
+                "%s: TF32 is a CUDA tensor-core mode; on %s this runs true fp32", self.name, device.type
+            )
+        tf32 = set_tf32(self.tf32_on(device))
+        return AmpRun(scaler, {**facts, **tf32}, device, dtype)
+
+    def _scaler(self, device: torch.device, dtype: torch.dtype | None) -> tuple[torch.amp.GradScaler, dict]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             scaler = torch.amp.GradScaler(device.type, enabled=self.grad_scaler)
@@ -169,8 +229,8 @@ class Precision:
         if self.grad_scaler and not scaler.is_enabled():
             log.warning("GradScaler requested but disabled by PyTorch on %s", device.type)
         facts = {
-            "autocast_used": model.amp_enabled,
-            "amp_dtype": str(dtype if model.amp_enabled else torch.float32).removeprefix("torch."),
+            "autocast_used": dtype is not None,
+            "amp_dtype": str(dtype or torch.float32).removeprefix("torch."),
             "grad_scaler_used": scaler.is_enabled(),
         }
         return scaler, facts
@@ -179,7 +239,8 @@ class Precision:
 REGISTRY: dict[str, PrecisionStrategy] = {
     p.name: p
     for p in (
-        Precision("fp32", dtype=None),
+        Precision("fp32", dtype=None),  # true fp32: the study's baseline
+        Precision("tf32", dtype=None, tf32=True),  # PyTorch's default for convolutions on Ampere+
         Precision("autocast", dtype=torch.float16),  # the tutorial's: autocast's CUDA default
         Precision("autocast_gradscaler", dtype=torch.float16, grad_scaler=True),
         Precision("autocast_bf16", dtype=torch.bfloat16),  # bf16 has fp32's range: no scaler
@@ -187,11 +248,17 @@ REGISTRY: dict[str, PrecisionStrategy] = {
 }
 
 
-def disable_tf32() -> dict[str, bool]:
-    """Switch TF32 off everywhere (true fp32 baseline); return the settings for logging."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+def set_tf32(on: bool) -> dict[str, bool]:
+    """TF32 on or off for matmuls and cuDNN alike (process-wide); return the settings for logging.
+    Both flags, always: PyTorch's own defaults differ (cuDNN's on, matmul's off)."""
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
     return {
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
     }
+
+
+def disable_tf32() -> dict[str, bool]:
+    """Switch TF32 off everywhere (true fp32 baseline); return the settings for logging."""
+    return set_tf32(False)

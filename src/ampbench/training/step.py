@@ -9,11 +9,14 @@ graph where the parallel strategy allows it.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -85,6 +88,7 @@ class Step:
         self.compiler, self.device = trainer.compiler, trainer.device
         self.graph: torch.cuda.CUDAGraph | None = None
         self.calls = 0
+        self.fallback = ""  # why a model could not be captured (then the step runs eagerly)
 
     def _run(self, images, labels) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -102,8 +106,8 @@ class Step:
             return self.compiler.first_step(lambda: self._before_capture(images, labels), self.device)
         if self.graph is None and (not self.use_graph or self.calls <= self.warmup_steps):
             return self._before_capture(images, labels)
-        if self.graph is None:
-            self._capture(images, labels)
+        if self.graph is None and not self._capture(images, labels):
+            return None  # not capturable: this step (and every later one) ran eagerly
         assert self.graph is not None  # for the type checker: _capture set it
         self.static[0].copy_(images)
         self.static[1].copy_(labels)
@@ -121,15 +125,37 @@ class Step:
         torch.cuda.current_stream().wait_stream(side)
         return None
 
-    def _capture(self, images, labels) -> None:
+    def _capture(self, images, labels) -> bool:
+        """Capture the step; False (and this step run eagerly) if the model cannot be captured:
+        any model may do what a graph cannot hold (a host sync, a data-dependent shape)."""
         if not isinstance(self.opt.param_groups[0]["lr"], torch.Tensor):
             raise RuntimeError("CUDA graph needs a tensor learning rate (set train.cuda_graph false)")
         self.static = (images.clone(), labels.clone())
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (DataLoader pin-memory, NCCL watchdog, the metrics sender)
-        # may touch CUDA while this one captures; in global mode that breaks the capture.
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self._run(*self.static)
+        try:
+            # thread_local: other threads (DataLoader pin-memory, NCCL watchdog, the metrics
+            # sender) may touch CUDA while this one captures; in global mode that breaks the capture.
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self._run(*self.static)
+        except RuntimeError as err:
+            self.graph, self.use_graph = None, False
+            self.fallback = " ".join(str(err).split())[:200]
+            log.warning(
+                "this model cannot be captured in a CUDA graph (%s); it trains eagerly, as with "
+                "train.cuda_graph false (recorded: cuda_graph_used false, cuda_graph_fallback)",
+                self.fallback,
+            )
+            torch.cuda.synchronize()
+            self._run(images, labels)
+            return False
+        return True
+
+    def graph_facts(self) -> dict:
+        """Whether the step really ran from a CUDA graph, and why not where capture failed."""
+        return {
+            "cuda_graph_used": self.use_graph,
+            **({"cuda_graph_fallback": self.fallback} if self.fallback else {}),
+        }
 
 
 def epoch_metrics(totals: Totals, seconds: float, lr: float, scale: float, joules: float | None) -> dict:

@@ -1,0 +1,184 @@
+"""The one model factory: every command (train, evaluate, bench, explain, estimate, `mlflow run`)
+builds its network here, from ``model.name``.
+
+- ``alexnet``: the study's AlexNet (training/model.py) and its options (``model.fc_dim``, ...).
+- ``torchvision:<name>``: any torchvision classification model (``torchvision:resnet18``),
+  built with ``weights=None`` (nothing is downloaded) and the data set's class count.
+- ``<module.path>:<factory>``: your own. The contract: ``factory(num_classes)`` returns an
+  ``nn.Module`` that maps float images (N, 3, H, W), already normalised per channel, to logits
+  (N, num_classes), H = W = ``data.image_size``. It knows nothing of precision or parallelism: the
+  precision wraps it (``precision.AutocastForward``) and the strategy wraps that. The module is
+  imported as Python imports it (PYTHONPATH), or from the folder the command runs in.
+
+Every model takes what the data holds, uint8 images: AlexNet normalises them itself (CIFAR's
+statistics); any other model sits in ``ImageInput``, which normalises by the train split's own
+per-channel statistics (saved with the weights, so evaluation normalises as training did).
+torchvision's classifiers end in adaptive pooling, so a 32x32 CIFAR image runs through an
+ImageNet-shaped model as is (a ResNet's last feature map is then 1x1); a model with a fixed input
+(ViTs) needs ``data.image_size: 224``. A dry forward checks the model's output against the class
+count before anything trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ampbench.config import ConfigError, ModelConfig
+from ampbench.training.model import AlexNet
+
+TORCHVISION = "torchvision:"
+ALEXNET_SIZE = 32  # AlexNet's classifier takes the 2x2 map a 32x32 image leaves
+# Used only before training has seen the data (bench on random images, a model file's placeholder
+# before its saved statistics load): ImageNet's, in [0, 1] units.
+DEFAULT_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+class ImageInput(nn.Module):
+    """uint8 images (N, 3, H, W) -> float, normalised per channel -> the network."""
+
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+
+    def __init__(self, net: nn.Module, mean=DEFAULT_STATS[0], std=DEFAULT_STATS[1]) -> None:
+        super().__init__()
+        self.net = net
+        # Persistent: a model file carries the statistics it was trained with.
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1) * 255)
+        self.register_buffer("inv_std", 1 / (torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1) * 255))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net((images.float() - self.mean) * self.inv_std)
+
+
+def build(cfg: ModelConfig, num_classes: int, image_size: int = ALEXNET_SIZE, stats=None) -> nn.Module:
+    """The configured model for `num_classes` classes and `image_size` images, on the CPU, checked
+    by one dry forward. `stats`: the train split's (mean, std) per channel, else DEFAULT_STATS."""
+    if cfg.name == "alexnet":
+        if image_size != ALEXNET_SIZE:
+            raise ConfigError(
+                f"model.name: alexnet takes {ALEXNET_SIZE}x{ALEXNET_SIZE} images, data.image_size is "
+                f"{image_size}: set data.image_size: {ALEXNET_SIZE}, or choose a model that takes "
+                f"{image_size}x{image_size} (e.g. torchvision:resnet18)"
+            )
+        model: nn.Module = AlexNet(cfg, num_classes)
+    else:
+        model = ImageInput(_network(resolve(cfg.name), cfg.name, num_classes), *(stats or DEFAULT_STATS))
+    check_outputs(model, cfg.name, num_classes, image_size)
+    return model
+
+
+def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -> nn.Module:
+    net = factory(num_classes)
+    if not isinstance(net, nn.Module):
+        raise ConfigError(
+            f"model.name: {name} returned {type(net).__name__}, not a torch.nn.Module; a factory "
+            "returns the network for the class count it is called with"
+        )
+    return net
+
+
+def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
+    """One forward of two blank images (eval mode, no RNG drawn): logits (2, num_classes) or a
+    ConfigError naming the model, the data's class count and image size."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(2, 3, image_size, image_size, dtype=torch.uint8))
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())[:300]
+        raise ConfigError(
+            f"model.name: {name} cannot take {image_size}x{image_size} images (data.image_size): "
+            f"{detail}; set data.image_size to a size it takes (224 for ImageNet-shaped models)"
+        ) from None
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(
+            f"model.name: {name} gives {shape} for 2 images, not (2, {num_classes}): the data set "
+            f"(data.url) has {num_classes} classes; the model must return one logit per class"
+        )
+
+
+def resolve(name: str) -> Callable[[int], nn.Module]:
+    """`model.name` as a function of the class count; a ConfigError listing the choices if unknown."""
+    if name.startswith(TORCHVISION):
+        return _torchvision(name.removeprefix(TORCHVISION))
+    module_name, _, attr = name.partition(":")
+    module = _import(module_name, name)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(
+            f"model.name: {name}: {module_name} has no callable {attr!r} "
+            f"(its names: {', '.join(n for n in dir(module) if not n.startswith('_'))[:300]})"
+        )
+    return factory
+
+
+def _import(module_name: str, name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if os.getcwd() in sys.path or err.name != module_name.split(".")[0]:
+            raise _unknown(name, f"cannot import {module_name} ({err})") from None
+    sys.path.append(os.getcwd())  # a file in the folder the command runs in
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise _unknown(name, f"cannot import {module_name} ({err}; add its folder to PYTHONPATH)") from None
+
+
+def _torchvision(arch: str) -> Callable[[int], nn.Module]:
+    import torchvision
+
+    choices = torchvision_choices()
+    if arch not in choices:
+        raise _unknown(f"{TORCHVISION}{arch}", "not a torchvision classification model")
+
+    def make(num_classes: int) -> nn.Module:
+        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+
+    return make
+
+
+def torchvision_choices() -> list[str]:
+    """torchvision's classification models (its top-level `models` namespace), sorted."""
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def _unknown(name: str, why: str) -> ConfigError:
+    listed = ", ".join(f"{TORCHVISION}{c}" for c in torchvision_choices())
+    return ConfigError(
+        f"model.name: {name!r}: {why}. Choose alexnet, <module.path>:<factory> (your own) or one of {listed}"
+    )
+
+
+def data_stats(cfg: ModelConfig, images: torch.Tensor, most: int = 10_000):
+    """The normalisation `build` takes for this model: the train split's per-channel statistics
+    over its first `most` images (plenty for a mean and a std, and under a second per seed on a
+    CPU for any data set), or None for alexnet, which keeps CIFAR-10's constants."""
+    return None if cfg.name == "alexnet" else channel_stats(images[:most])
+
+
+def channel_stats(images: torch.Tensor, chunk: int = 4096) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 images (N, 3, H, W), in [0, 1] units, chunk by chunk."""
+    total = torch.zeros(3, dtype=torch.float64, device=images.device)
+    squares = torch.zeros_like(total)
+    for part in images.split(chunk):
+        x = part.double() / 255
+        total += x.sum(dim=(0, 2, 3))
+        squares += (x * x).sum(dim=(0, 2, 3))
+    n = max(1, images.numel() // 3)
+    mean = total / n
+    std = (squares / n - mean * mean).clamp_min(1e-12).sqrt()
+    return tuple(mean.tolist()), tuple(std.tolist())

@@ -1,0 +1,35 @@
+"""A user's own model factory, as `model.name: custom_net:make_model` names it (tests only).
+
+The contract (training/factory.py): called with the class count, returns an nn.Module mapping
+normalised float images (N, 3, H, W) to logits (N, num_classes); nothing about precision.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def make_model(num_classes: int) -> nn.Module:
+    """A small convnet of any input size (adaptive pooling)."""
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, num_classes),
+    )
+
+
+def wrong_class_count(num_classes: int) -> nn.Module:
+    """Ignores the class count it is given: the factory's check must say so."""
+    return make_model(num_classes + 3)
+
+
+def not_a_module(num_classes: int) -> str:
+    return f"{num_classes} classes"
+
+
+def fixed_size(num_classes: int) -> nn.Module:
+    """Takes 32x32 images only (a flatten into a fixed Linear)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, num_classes))
