@@ -87,4 +87,4 @@ def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: P
     assert again.returncode == 0, text
     assert f"resuming seed 0 at epoch {stop[1]} step {stop[2]}" in text  # the stop's own numbers
     assert "No file hash info" not in text and "WARNING" not in text
-    assert json.loads((proj / "reports" / "answer" / "single-fp32.json").read_text())["speedup"] == 1.0
+    assert json.loads((proj / "reports" / "answer" / "single-fp32.json").read_text())["Speedup"] == 1.0

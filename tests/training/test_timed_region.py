@@ -10,7 +10,7 @@ import time
 import weakref
 
 import pytest
-from tests.conftest import make_dataset
+from conftest import make_dataset
 
 from ampbench import config
 from ampbench.tracking.epoch_hooks import EpochHooks
@@ -155,7 +155,7 @@ def test_spread_of_an_epoch_series(values, cv):
 @pytest.mark.slow  # a sampler process importing MLflow
 def test_the_system_metrics_sampler_is_sampling_before_training_starts(tmp_path):
     """Its start (imports, NVML, the store) must not overlap the first seed's timed epochs."""
-    from tests.conftest import empty_store, mlflow_client
+    from conftest import empty_store, mlflow_client
 
     from ampbench.tracking.train_runs import SystemMetrics
 
