@@ -3,10 +3,9 @@ runs of earlier studies stay in the store, marked with the study that replaced t
 
 from __future__ import annotations
 
-from conftest import empty_store, mlflow_client
-
 from ampbench.tracking import studies, view
 from ampbench.tracking.tracker import KIND_TAG, Tracker, temporary_env
+from conftest import empty_store, mlflow_client
 
 VARIANTS = ("single-fp32", "single-autocast")
 

@@ -10,11 +10,11 @@ import time
 import weakref
 
 import pytest
-from conftest import make_dataset
 
 from ampbench import config
 from ampbench.tracking.epoch_hooks import EpochHooks
 from ampbench.training import loop, measure, parallel, precision
+from conftest import make_dataset
 
 # Code of the tool's own that must never run while an epoch's clock runs: tracking, NVML's energy,
 # and any logging, MLflow, SQL or NVML call made by the tool (torch's own internals may consult
@@ -155,9 +155,8 @@ def test_spread_of_an_epoch_series(values, cv):
 @pytest.mark.slow  # a sampler process importing MLflow
 def test_the_system_metrics_sampler_is_sampling_before_training_starts(tmp_path):
     """Its start (imports, NVML, the store) must not overlap the first seed's timed epochs."""
-    from conftest import empty_store, mlflow_client
-
     from ampbench.tracking.train_runs import SystemMetrics
+    from conftest import empty_store, mlflow_client
 
     store = empty_store(tmp_path / "mlflow.db")
     client = mlflow_client(f"sqlite:///{store}")
