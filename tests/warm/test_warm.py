@@ -260,3 +260,15 @@ def test_a_sigterm_to_the_whole_job_stops_the_stage_once(tmp_path):
         assert text.count("SIGTERM received") == 1 and "To resume" in text
     finally:
         held.end()
+
+
+def test_a_shell_prompt_is_no_reason_to_refuse_a_stage():
+    """`source .venv/bin/activate` exports PS1; bash drops it in the non-interactive shell DVC runs
+    each stage in: the server (started from the user's shell) and every stage would differ."""
+    from ampbench.warm import context
+
+    server = context.current({**os.environ, "PS1": "(.venv) $ ", "PROMPT_COMMAND": "history -a"})
+    stage = context.current({k: v for k, v in os.environ.items() if k not in ("PS1", "PROMPT_COMMAND")})
+    assert context.differences(stage, server) == []
+    stage["env"]["PYTHONHASHSEED"] = "7"  # a variable libraries read at import still counts
+    assert any("PYTHONHASHSEED" in d for d in context.differences(stage, server))

@@ -21,6 +21,9 @@ RUN_TIME_PREFIXES = ("DVC_", "AMPBENCH_", "TORCHELASTIC_")
 RUN_TIME_NAMES = frozenset(
     {
         *("PWD", "OLDPWD", "SHLVL", "_", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"),
+        # a shell's prompts: `source .venv/bin/activate` exports PS1, and bash drops it in the
+        # non-interactive shell DVC runs a stage in, so every stage would differ from the server
+        *("PS1", "PS2", "PS4", "PROMPT_COMMAND"),
         *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE"),
         *("ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"),
         *("TORCH_NCCL_ASYNC_ERROR_HANDLING",),
