@@ -232,15 +232,18 @@ def test_the_server_is_gone_with_its_command():
         assert ending == "kill" or not held.folder.exists()
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGHUP, -signal.SIGHUP)])
-def test_a_signal_at_the_stages_first_instant_is_not_lost(command, tmp_path, sig, status):
+@pytest.mark.parametrize(
+    "sig, statuses", [(signal.SIGINT, {130}), (signal.SIGHUP, {-signal.SIGHUP, 128 + signal.SIGHUP})]
+)
+def test_a_signal_at_the_stages_first_instant_is_not_lost(command, tmp_path, sig, statuses):
     """Sent as soon as the server forked: held until the stage has its own handlers, then acted
-    on as a plain process would (Ctrl-C: a stop, 130; SIGHUP: its default, death)."""
+    on as a plain process would (Ctrl-C: a stop, 130; SIGHUP: its default, death, before the
+    train stage's stop handler is set, a stop, 129, after). Lost, the stage would train on."""
     project = long_project(tmp_path / "p", epochs=50)
     for attempt in range(3):
         proc, _ = command.start(project)
         os.kill(proc.pid, sig)
-        assert proc.wait(60) == status, f"attempt {attempt}"
+        assert proc.wait(60) in statuses, f"attempt {attempt}"
 
 
 def test_a_sigterm_to_the_whole_job_stops_the_stage_once(tmp_path):
