@@ -64,7 +64,7 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     from ampbench.stages import launch, train
     from ampbench.stages.params_watch import ParamsWatch
     from ampbench.stages.stop import StopFlag
-    from ampbench.training import loop
+    from ampbench.training import loop, peers
 
     stop = StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
@@ -76,6 +76,19 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             log.warning("%s in %s/. %s", stopped, work, resume_hint(argv))
         return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
+    except Exception as err:
+        cause = peers.lost_peer(err)
+        if cause is None:
+            raise
+        log.error(
+            "%s: another process of this DDP job is gone (%s), so this one stops. Its work is kept in "
+            "%s/ (saved every train.checkpoint_every_s); when every node is back, run the same command "
+            "on each to resume.",
+            variant_name(args.parallel, args.precision),
+            cause,
+            work,
+        )
+        return 1
     for r in results:
         log.info(
             "seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",

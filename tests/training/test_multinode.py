@@ -1,0 +1,146 @@
+"""DDP over several machines, the way users outgrow one: an outer `torchrun --nnodes N` per node
+(SLURM starts one per node), c10d rendezvous, the same `ampbench train --parallel ddp` command.
+
+Two torchrun agents on 127.0.0.1 stand for two nodes sharing the project folder (models/,
+checkpoints/ and the tracking store are what nodes must share: docs/PIPELINE.md). The result must
+equal one node's with the same number of processes, and losing a node mid-training must stop the
+other with its work saved, so that the same command resumes exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from conftest import clean_env, free_port, new_project
+
+pytestmark = pytest.mark.slow  # torchrun agents and their workers as subprocesses
+
+# Enough steps that a node can be lost mid-training on a 2-core machine (30 steps per epoch).
+SECTIONS = {"train": {"epochs": 6, "batch_size": 20, "seeds": [0], "checkpoint_every_s": 0}}
+PER_CLASS = 60
+TRAIN = ["-m", "ampbench", "train", "--parallel", "ddp", "--precision", "fp32"]
+VARIANT_DIR = Path("models") / "ddp-fp32" / "seed-0"
+
+
+def _env() -> dict:
+    return clean_env(CUDA_VISIBLE_DEVICES="")
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args, *TRAIN]
+
+
+def _two_nodes(project: Path) -> list[subprocess.Popen]:
+    """Two agents of one job, one worker each, meeting at a c10d rendezvous on 127.0.0.1."""
+    rdzv = [
+        *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+        *("--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes"),
+    ]
+    return [
+        subprocess.Popen(
+            _torchrun(*rdzv),
+            cwd=project,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
+
+
+def _finish(agents: list[subprocess.Popen], timeout: float = 300) -> list[tuple[int, str]]:
+    return [(a.wait(timeout=timeout), a.communicate()[0]) for a in agents]
+
+
+def _weights(project: Path) -> dict[str, torch.Tensor]:
+    saved = torch.load(project / VARIANT_DIR / "model.pt", map_location="cpu", weights_only=True)
+    return saved["state_dict"]
+
+
+def _assert_same_weights(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory) -> dict[str, torch.Tensor]:
+    """The reference: one agent with two workers (a single node)."""
+    project = new_project(tmp_path_factory.mktemp("one") / "proj", per_class=PER_CLASS, **SECTIONS)
+    cmd = _torchrun("--standalone", "--nnodes", "1", "--nproc-per-node", "2")
+    proc = subprocess.run(cmd, cwd=project, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return _weights(project)
+
+
+def test_two_nodes_train_what_one_node_trains(tmp_path, one_node):
+    project = new_project(tmp_path / "proj", per_class=PER_CLASS, **SECTIONS)
+    results = _finish(_two_nodes(project))
+    assert [rc for rc, _ in results] == [0, 0], "\n".join(out for _, out in results)
+    _assert_same_weights(_weights(project), one_node)
+
+
+def _worker_rank(agent: subprocess.Popen) -> int | None:
+    for child in psutil.Process(agent.pid).children(recursive=True):
+        try:
+            rank = child.environ().get("RANK")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if rank is not None:
+            return int(rank)
+    return None
+
+
+def _kill_node(agent: subprocess.Popen) -> None:
+    """A node lost: its agent and its workers (torchrun puts each worker in a session of its own)."""
+    procs = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def _wait_for_checkpoint(project: Path, agents: list[subprocess.Popen], timeout: float = 240) -> None:
+    work = project / "checkpoints" / "ddp-fp32"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(work.rglob("*.pt")):
+            return
+        if any(a.poll() is not None for a in agents):
+            pytest.fail("an agent ended before the first checkpoint: " + "\n".join(_finish(agents)[0][1:]))
+        time.sleep(0.2)
+    pytest.fail(f"no checkpoint under {work} within {timeout} s")
+
+
+def test_a_lost_node_stops_the_other_and_the_same_command_resumes_exactly(tmp_path, one_node):
+    project = new_project(tmp_path / "proj", per_class=PER_CLASS, **SECTIONS)
+    agents = _two_nodes(project)
+    _wait_for_checkpoint(project, agents)
+    ranks = [_worker_rank(a) for a in agents]
+    assert sorted(r for r in ranks if r is not None) == [0, 1], ranks
+    lost, survivor = (agents[0], agents[1]) if ranks[0] == 1 else (agents[1], agents[0])
+    _kill_node(lost)
+    started = time.monotonic()
+    rc, out = survivor.wait(timeout=120), survivor.communicate()[0]
+    lost.wait(timeout=30)
+    assert rc != 0, out
+    # The surviving worker says so in one line; what torchrun's own agent prints is torch's.
+    assert "another process of this DDP job is gone" in out, out
+    assert "[rank0]: Traceback" not in out and "[rank1]: Traceback" not in out, out
+    assert time.monotonic() - started < 90, f"the surviving node took too long to stop:\n{out}"
+    assert not (project / VARIANT_DIR / "model.pt").exists(), "the interrupted seed was published"
+    assert any((project / "checkpoints" / "ddp-fp32").rglob("*.pt")), "the checkpoint was lost"
+
+    results = _finish(_two_nodes(project))
+    assert [r for r, _ in results] == [0, 0], "\n".join(o for _, o in results)
+    assert any("resum" in o.lower() for _, o in results), "the re-run did not say it resumed"
+    _assert_same_weights(_weights(project), one_node)
