@@ -275,3 +275,30 @@ def test_a_shell_prompt_is_no_reason_to_refuse_a_stage():
     assert context.differences(stage, server) == []
     stage["env"]["PYTHONHASHSEED"] = "7"  # a variable libraries read at import still counts
     assert any("PYTHONHASHSEED" in d for d in context.differences(stage, server))
+
+
+def test_a_file_rewritten_with_the_same_bytes_is_no_edit(tmp_path, monkeypatch):
+    """`dvc exp run` stashes and re-applies uncommitted edits: files get new modification times
+    and the same bytes. Only a changed byte is an edit that makes stages run plain."""
+    from ampbench.warm import context
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    module = package / "m.py"
+    module.write_text("X = 1\n")
+    monkeypatch.setattr(context, "PACKAGE", package)
+    before = context.code_stamp()
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    assert context.code_stamp() == before
+    module.write_text("X = 2\n")
+    assert context.code_stamp() != before
+
+
+def test_mlflow_request_limits_set_by_a_stage_are_no_reason_to_refuse_its_helpers():
+    from ampbench.warm import context
+
+    server = context.current()
+    stage = context.current(
+        {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    )
+    assert context.differences(stage, server) == []
