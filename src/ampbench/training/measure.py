@@ -53,8 +53,9 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def clean_slate(device: torch.device | None) -> None:
     """Before a seed: what earlier seeds left (their CUDA graph's pool, model, optimizer: reference
-    cycles wait for the cyclic collector) is freed, the allocator's cache returned, the peak
-    statistics reset. A seed's memory then reads the same whatever ran before it in the process."""
+    cycles wait for the cyclic collector; cuBLAS's workspaces) is freed, the allocator's cache
+    returned, the peak statistics reset. A seed's memory then reads the same whatever ran before
+    it in the process."""
     gc.collect()
     # What survives is the process's for good (modules, data, the stage): frozen, it is no longer
     # scanned, so the next seed's collection looks at that seed's objects alone (a full one took
@@ -62,6 +63,9 @@ def clean_slate(device: torch.device | None) -> None:
     gc.freeze()
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
+        # cuBLAS workspaces (one per stream that ran a matmul) live as long as the process and
+        # count as allocated: freed here, each seed allocates its own as the first seed did.
+        torch._C._cuda_clearCublasWorkspaces()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
 
