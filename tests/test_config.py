@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -297,7 +298,7 @@ def test_errors_map_to_exit_codes(monkeypatch, tmp_path: Path, error: str, code:
     def fail(cfg, args, argv):
         raise cls("boom")
 
-    monkeypatch.setattr(cli, "_function", lambda target: fail)
+    monkeypatch.setattr(cli, "command_module", lambda name: types.SimpleNamespace(main=fail))
     argv = ["download", "--params", str(REPO / "params.yaml")]
     if code is None:
         with pytest.raises(cls):

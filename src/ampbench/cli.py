@@ -11,9 +11,10 @@
     ampbench explain                        # why AMP pays or not here: the overhead ladder
 
 Every stage reads params.yaml (``--params``) and ``--set section.key=value`` overrides, all
-validated before anything runs. Each command's main is ``main(cfg, args, argv)`` in the module
-``COMMANDS`` names, imported only when it runs: ``--help``, a usage error or a configuration
-error is answered at once, without torch or MLflow.
+validated before anything runs. Each command is a module that ``COMMANDS`` names, with its
+``main(cfg, args, argv)`` and its options (``add_arguments``), imported only when it runs or shows
+its ``--help``; its heavy imports wait inside main, so ``--help``, a usage error or a
+configuration error is answered at once, without torch or MLflow.
 
 An error the user can fix ends the command with one line and exit 1, no traceback: the errors in
 ``EXPECTED_ERRORS``, any fault of the MLflow store (server gone, database corrupt, locked or full:
@@ -31,24 +32,26 @@ import sys
 
 from ampbench import cli_options
 from ampbench.config import ConfigError, load_config
-from ampbench.variants import PARALLELS, PRECISIONS
 
 log = logging.getLogger("ampbench")
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_STOPPED = 1, 2, 130, 143
 
-# Each command's main, `module:function(cfg, args, argv) -> exit status`. dvc.yaml's deps of a
-# stage are the code its command imports (tests/test_reliability.py checks them from this table).
+# The command table: each command is a module of ampbench, named here with the line `ampbench --help`
+# shows for it. The module holds `main(cfg, args, argv) -> exit status` and, if the command takes
+# options of its own, `add_arguments(parser)`; it is imported only when its command runs (or shows
+# its --help), so torch waits inside main, never at the module's top. dvc.yaml's deps of a stage are the
+# code its command imports (tests/test_reliability.py checks them from this table).
 COMMANDS = {
-    "download": "ampbench.stages.download:main",
-    "train": "ampbench.stages.train_main:main",
-    "evaluate": "ampbench.stages.evaluate_main:main",
-    "compare": "ampbench.stages.compare:main",
-    "variant": "ampbench.stages.variant:main",
-    "bench": "ampbench.stages.bench:main",
-    "estimate": "ampbench.stages.estimate:main",
-    "findings": "ampbench.stages.findings:main",
-    "explain": "ampbench.stages.explain:main",
+    "download": ("stages.download", "fetch and prepare the dataset"),
+    "train": ("stages.train_main", "train one variant, every seed"),
+    "evaluate": ("stages.evaluate_main", "evaluate the study's variants' models (or one variant's)"),
+    "compare": ("stages.compare", "compare variants side by side"),
+    "variant": ("commands.variant", "download if needed, train, evaluate"),
+    "bench": ("commands.bench", "measure training throughput, untracked"),
+    "estimate": ("commands.estimate", "time a few steps of the real model, estimate the whole study"),
+    "findings": ("commands.findings", "docs/FINDINGS.md: the tutorial's claims against measured runs"),
+    "explain": ("commands.explain", "AMP's speed-up rung by rung and over batch sizes"),
 }
 
 # Helper processes of a train stage, started as `ampbench <name> args...`: module:function(*args).
@@ -77,83 +80,26 @@ EXPECTED_ERRORS = {
 STOPPED = ("ampbench", "Stopped")  # a stop signal ended training (checkpoint saved): exit 143
 
 
-def _shared_options() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The options every command takes, and a variant's (--parallel, --precision)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--params", default="params.yaml", help="parameter file (default: %(default)s)")
-    common.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a parameter, e.g. --set train.epochs=1 (repeatable)",
-    )
-    common.add_argument(
-        "-v",
-        "--verbose",
-        "--debug",
-        dest="verbose",
-        action="store_true",
-        help="debug logging, and a traceback for every error (also: AMPBENCH_DEBUG=1)",
-    )
-    variant = argparse.ArgumentParser(add_help=False)
-    variant.add_argument("--parallel", choices=PARALLELS, default="single", help="default: %(default)s")
-    variant.add_argument("--precision", choices=PRECISIONS, default="fp32", help="default: %(default)s")
-    return common, variant
-
-
-def _parser() -> argparse.ArgumentParser:
-    common, variant = _shared_options()
+def _parser(with_options=COMMANDS) -> argparse.ArgumentParser:
+    """Every command, each with the options every command takes (cli_options.add_common); those in
+    `with_options` also with their own (their module's `add_arguments`, imported for it)."""
     p = argparse.ArgumentParser(
         prog="ampbench",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="<stage>")
-    sub.add_parser("download", parents=[common], help="fetch and prepare the dataset")
-    t = sub.add_parser("train", parents=[common, variant], help="train one variant, every seed")
-    t.add_argument(
-        "--fresh",
-        action="store_true",
-        help="discard a checkpoint written by another configuration and start over",
-    )
-    ev = sub.add_parser(
-        "evaluate", parents=[common], help="evaluate the study's variants' models (or one variant's)"
-    )
-    ev.add_argument("--parallel", choices=PARALLELS, help="with --precision: one variant only")
-    ev.add_argument("--precision", choices=PRECISIONS, help="with --parallel: one variant only")
-    ev.add_argument(
-        "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
-    )
-    c = sub.add_parser("compare", parents=[common], help="compare variants side by side")
-    c.add_argument(
-        "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
-    )
-    c.add_argument(
-        "--allow-mixed",
-        action="store_true",
-        help="compare variants trained with different settings (refused otherwise), the table labelled so",
-    )
-    cli_options.add_variant(
-        sub.add_parser("variant", parents=[common, variant], help="download if needed, train, evaluate")
-    )
-    cli_options.add_bench(
-        sub.add_parser("bench", parents=[common], help="measure training throughput, untracked")
-    )
-    e = sub.add_parser(
-        "estimate", parents=[common], help="time a few steps of the real model, estimate the whole study"
-    )
-    e.add_argument("--force", action="store_true", help="estimate on the CPU even when CUDA is present")
-    cli_options.add_findings(
-        sub.add_parser(
-            "findings", parents=[common], help="docs/FINDINGS.md: the tutorial's claims against measured runs"
-        )
-    )
-    cli_options.add_explain(
-        sub.add_parser("explain", parents=[common], help="AMP's speed-up rung by rung and over batch sizes")
-    )
+    for name, (_, summary) in COMMANDS.items():
+        command = sub.add_parser(name, help=summary)
+        cli_options.add_common(command)
+        if name in with_options and hasattr(command_module(name), "add_arguments"):
+            command_module(name).add_arguments(command)
     return p
+
+
+def command_module(name: str):
+    """The module of command `name` (COMMANDS), imported."""
+    return importlib.import_module(f"ampbench.{COMMANDS[name][0]}")
 
 
 def _function(target: str):
@@ -166,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in HELPERS:
         return _function(HELPERS[argv[0]])(*argv[1:])
-    args = _parser().parse_args(argv)
+    args = _parser(argv[:1]).parse_args(argv)  # `ampbench --help` imports no command
     _printable_output()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(
@@ -177,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         cfg = load_config(args.params, all_overrides(args))
-        return _function(COMMANDS[args.command])(cfg, args, argv)
+        return command_module(args.command).main(cfg, args, argv)
     except ConfigError as err:
         log.error("%s", err)
         return EXIT_USAGE
@@ -242,7 +188,7 @@ def all_overrides(args) -> list[str]:
 
 def run() -> int:
     """The ``ampbench`` command and ``python -m ampbench``: a stage runs in a fork of the command's
-    warm server when there is one (``ampbench.warm``), else here, then ends quickly (``ending``).
+    warm server when there is one (``ampbench.warm``), else here, then ends quickly (``process_exit``).
     Tests call :func:`main`, which returns."""
     if sys.argv[1:2] and sys.argv[1] in WARM_COMMANDS:
         from ampbench.warm import client
@@ -253,6 +199,6 @@ def run() -> int:
     code = main()
     if "torch" not in sys.modules:  # a light command: the normal exit is quick
         return code
-    from ampbench.ending import finish
+    from ampbench.process_exit import finish
 
     os._exit(finish(code))

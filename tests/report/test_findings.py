@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.report import claims, findings
+from ampbench.report import claims
+from ampbench.report import findings_report as findings
 from conftest import mlflow_client, run_cli, write_params
 
 PRECISIONS = ("fp32", "autocast", "autocast_gradscaler")

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from test_findings import BENCH, PROJECT, TUTORIAL, _write
 
-from ampbench.report import claims, findings, ladder
-from ampbench.report.words import Words
+from ampbench.report import claims, ladder
+from ampbench.report import findings_report as findings
+from ampbench.report.sentences import Words
 
 ZH = Words("zh")
 # (rung, fp32 images/s, autocast images/s, device busy fp32 / autocast): R4's step is the biggest
@@ -137,6 +138,6 @@ def test_the_chinese_edition_has_the_same_numbers_run_ids_and_verdicts(tmp_path:
 
 
 def test_every_rung_explain_measures_has_its_chinese():
-    from ampbench.stages.explain_measure import RUNGS
+    from ampbench.measuring.rungs import RUNGS
 
     assert all(ZH.name(change) != change or change == "batch 512" for _, change, _ in RUNGS)

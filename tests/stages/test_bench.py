@@ -140,7 +140,8 @@ def test_a_failing_store_never_costs_the_bench_its_results(project: Path, monkey
     """The files are written before MLflow is touched; a store that fails after the run started
     leaves that run FAILED and files that name no run."""
     from ampbench import config
-    from ampbench.stages import bench
+    from ampbench.report import bench_markdown
+    from ampbench.tracking import measurement_runs
     from ampbench.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
@@ -181,13 +182,19 @@ def test_a_failing_store_never_costs_the_bench_its_results(project: Path, monkey
         raise OSError("disk full")
 
     monkeypatch.setattr(Tracker, "log_artifact", broken)
-    bench._write(res, out)
-    assert bench.track(cfg, res, out) is None
+
+    def record():
+        params, metrics = measurement_runs.bench_figures(res)
+        return measurement_runs.record(
+            cfg, "bench", res, out, params, metrics, bench_markdown.write, (".json", ".md")
+        )
+
+    assert record() is None
     assert json.loads(out.with_suffix(".json").read_text())["rows"] == res["rows"]
     assert "run_id" not in json.loads(out.with_suffix(".json").read_text())
     (run,) = runs(project, experiment="cifar10-amp-bench")
     assert run.info.status == "FAILED"
     monkeypatch.undo()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
-    run_id = bench.track(cfg, res, out)
+    run_id = record()
     assert run_id and json.loads(out.with_suffix(".json").read_text())["run_id"] == run_id

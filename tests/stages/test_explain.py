@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ampbench.stages import explain_measure
+from ampbench.measuring import rungs
 from conftest import REPO, new_project, run_cli, runs
 
 
 def test_r0_is_the_tutorials_conditions_and_the_last_eager_rung_the_defaults():
     tutorial = yaml.safe_load((REPO / "tutorial" / "params.yaml").read_text())["train"]
     defaults = yaml.safe_load((REPO / "params.yaml").read_text())["train"]
-    r0 = explain_measure.RUNGS[0][2]
+    r0 = rungs.RUNGS[0][2]
     for key in ("loader", "workers", "batch_size", "cuda_graph", "cudnn_benchmark"):
         assert r0[key] == tutorial[key], key
     train: dict = {}
-    for name, _, overrides in explain_measure.RUNGS:
+    for name, _, overrides in rungs.RUNGS:
         train.update(overrides)
-        if name == explain_measure.DEFAULTS_RUNG:
+        if name == rungs.DEFAULTS_RUNG:
             assert all(defaults[k] == v for k, v in train.items()), train
     assert train["compile"] == "default"  # R5: compile on top of the defaults
 
@@ -67,15 +67,13 @@ def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
 def test_rungs_measured_apart_in_a_fresh_process(tmp_path: Path, monkeypatch):
     """On a GPU the rungs without cuDNN autotuning run in a process of their own (cuDNN would
     reuse their plans once autotuning is on); the part's rungs come back whole."""
-    import argparse
-
-    from ampbench.stages import explain
+    from ampbench.measuring import rungs as ladder
 
     project = new_project(tmp_path / "proj", per_class=16)
     monkeypatch.chdir(project)
-    args = argparse.Namespace(params="params.yaml", overrides=[])
     opts = {"steps": 2, "windows": 2, "profile_steps": 1, "max_images": 64}
-    rungs = explain._measured_apart(args, opts, ["R0", "R1"], project / "reports" / "explain")
+    part = project / "reports" / "explain"
+    rungs = ladder.measured_apart(["--params", "params.yaml"], opts, ["R0", "R1"], part)
     assert [r["rung"] for r in rungs] == ["R0", "R1"]
     assert [c["precision"] for c in rungs[0]["cells"]] == ["fp32", "autocast", "autocast_gradscaler"]
     assert not list((project / "reports").glob("explain*"))  # the part's file is gone, nothing else written

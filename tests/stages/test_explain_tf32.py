@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ampbench.stages import explain, explain_measure
+from ampbench.measuring import rungs
+from ampbench.report import explain_markdown
 
 
 def _cell(precision: str, ips: float, fp32: float, tf32: float) -> dict:
@@ -25,8 +26,8 @@ def _cell(precision: str, ips: float, fp32: float, tf32: float) -> dict:
 
 
 def test_cuda_ladder_has_tf32_and_a_column_against_it():
-    assert explain_measure.precisions(torch.device("cuda"))[:3] == ["fp32", "tf32", "autocast"]
-    assert "tf32" not in explain_measure.precisions(torch.device("cpu"))  # a CPU has no TF32
+    assert rungs.precisions(torch.device("cuda"))[:3] == ["fp32", "tf32", "autocast"]
+    assert "tf32" not in rungs.precisions(torch.device("cpu"))  # a CPU has no TF32
     cells = [_cell(p, x, 100.0, 150.0) for p, x in (("fp32", 100.0), ("tf32", 150.0), ("autocast", 300.0))]
     res = {
         "hardware": "GPU",
@@ -35,7 +36,7 @@ def test_cuda_ladder_has_tf32_and_a_column_against_it():
         "energy_counter": False,
         "rungs": [{"rung": "R4", "change": "graphs", "batch": 512, "cells": cells}],
     }
-    md = explain.to_markdown(res)
+    md = explain_markdown.to_markdown(res)
     assert "TF32 off but in the tf32 cells." in md
     assert "| speed-up vs fp32 | vs tf32 | device busy |" in md
     assert "| 3.00x | 2.00x | 50% |" in md
@@ -43,7 +44,7 @@ def test_cuda_ladder_has_tf32_and_a_column_against_it():
 
 def test_findings_ladder_says_the_gain_against_tf32_in_both_languages():
     from ampbench.report import ladder
-    from ampbench.report.words import Words
+    from ampbench.report.sentences import Words
 
     cells = [_cell(p, x, 100.0, 150.0) for p, x in (("fp32", 100.0), ("tf32", 150.0), ("autocast", 300.0))]
     res = {

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ampbench.config import Config, ModelConfig, replace
-from ampbench.training import build, claim4, parallel, precision
+from ampbench.training import build, dp_autocast_outside, parallel, precision
 from ampbench.training.model import AlexNet, DtypeProbe
 from conftest import mlflow_client, run_cli
 
@@ -76,7 +76,7 @@ def test_probe_ignores_evaluation_and_the_wrapper_goes_around_dataparallel():
     model(x)
     assert probe.fact() == ""
     run = precision.REGISTRY["autocast"].setup(model, torch.device("cpu"))
-    outer, fact = claim4.autocast_outside(run, nn.DataParallel(model))
+    outer, fact = dp_autocast_outside.autocast_outside(run, nn.DataParallel(model))
     assert fact == {"autocast_placement": "outside_forward"}
     # Around DataParallel, not inside it: what its replica threads re-enter is the claim.
     assert isinstance(outer.net, nn.DataParallel)

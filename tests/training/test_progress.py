@@ -1,4 +1,4 @@
-"""Time estimates (src/ampbench/progress.py, src/ampbench/estimate.py): the stage estimate from
+"""Time estimates (training/progress.py, training/study_cost.py): the stage estimate from
 timed steps and against a real stage's time, the study's remaining work from what is on disk, and
 the `ampbench estimate` preflight."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ampbench.config import PARALLELS, PRECISIONS, Config, replace
-from ampbench.training import estimate, progress
+from ampbench.training import progress, study_cost
 from conftest import clean_env, make_dataset, run_cli, write_params
 
 ESTIMATE = re.compile(r"Expected time of this stage \(.*?\): (.+?) in all, (.+?) left")
@@ -26,11 +26,11 @@ def seconds(text: str) -> float:
 
 
 def test_fmt_duration():
-    assert estimate.fmt_duration(4.4) == "4 s"
-    assert estimate.fmt_duration(65) == "1 min 05 s"
-    assert estimate.fmt_duration(2 * 3600 + 5 * 60) == "2 h 05 min"
-    assert estimate.fmt_duration(18 * 86400 + 3 * 3600) == "18 d 3 h"
-    assert seconds(estimate.fmt_duration(65)) == 65
+    assert study_cost.fmt_duration(4.4) == "4 s"
+    assert study_cost.fmt_duration(65) == "1 min 05 s"
+    assert study_cost.fmt_duration(2 * 3600 + 5 * 60) == "2 h 05 min"
+    assert study_cost.fmt_duration(18 * 86400 + 3 * 3600) == "18 d 3 h"
+    assert seconds(study_cost.fmt_duration(65)) == 65
 
 
 @pytest.mark.slow
@@ -82,7 +82,7 @@ def test_stage_estimate_from_the_timed_steps(tmp_path: Path):
             stage.report()
     assert stage.estimate is not None and stage.step_s >= pause * 0.9
     # seed 0 from step 5 on, then all of seed 1 (its setup time included)
-    steps = estimate.seed_steps(cfg, spe, n_test, 0, 5) + estimate.seed_steps(cfg, spe, n_test)
+    steps = study_cost.seed_steps(cfg, spe, n_test, 0, 5) + study_cost.seed_steps(cfg, spe, n_test)
     left = stage.estimate["stage_left_seconds"]
     assert left == pytest.approx(steps * stage.step_s + stage.seed_setup_s)
     assert stage.estimate["study_left_seconds"] > left  # eight more variants, evaluations, comparison
@@ -104,7 +104,7 @@ def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):
     cfg = _cfg(seeds=(0, 1), eval_each_epoch=False)
     models, work = tmp_path / "models", tmp_path / "checkpoints"
     spe, n_test = 10, 20
-    full = estimate.seed_steps(cfg, spe, n_test)
+    full = study_cost.seed_steps(cfg, spe, n_test)
     assert full == 4 * 10 + 20 * 2 / 3 / 10  # 40 steps + one flipped test pass (a third of a step each)
     digest = cfg.digest()
     done = models / "single-fp32" / "seed-0" / "model.pt"
@@ -118,31 +118,31 @@ def test_remaining_work_counts_finished_models_and_checkpoints(tmp_path: Path):
     torch.save({"state_dict": {}, "config_digest": "another"}, stale)
 
     def left(variant: str, seed: int) -> float:
-        return estimate.remaining_seed_steps(cfg, variant, seed, spe, n_test, models, work)
+        return study_cost.remaining_seed_steps(cfg, variant, seed, spe, n_test, models, work)
 
     assert left("single-fp32", 0) == 0
-    assert left("single-fp32", 1) == estimate.seed_steps(cfg, spe, n_test, 2, 0) == 20 + 20 * 2 / 3 / 10
+    assert left("single-fp32", 1) == study_cost.seed_steps(cfg, spe, n_test, 2, 0) == 20 + 20 * 2 / 3 / 10
     assert left("dp-fp32", 0) == full  # another configuration's model is no finished work
 
 
 def test_study_variants_follow_params(tmp_path: Path):
     params = tmp_path / "params.yaml"
     params.write_text("variants:\n  parallel: [single]\n  precision: [fp32, autocast]\n")
-    assert estimate.study_variants(params) == ["single-fp32", "single-autocast"]
+    assert study_cost.study_variants(params) == ["single-fp32", "single-autocast"]
     every = [f"{p}-{q}" for p in PARALLELS for q in PRECISIONS]  # the registries' (12 with bf16)
-    assert estimate.study_variants(tmp_path / "missing.yaml") == every
+    assert study_cost.study_variants(tmp_path / "missing.yaml") == every
 
 
 def test_preflight_estimates_the_study_and_points_at_the_demo(tmp_path: Path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text("variants:\n  parallel: [single, ddp]\n  precision: [fp32, autocast]\n")
     cfg = replace(Config(), model={"fc_dim": 32}, train={"batch_size": 16})
-    assert progress.preflight is estimate.preflight  # what `ampbench estimate` calls
-    out = estimate.preflight(cfg, params, probe_batch=4, force=True)
+    assert progress.preflight is study_cost.preflight  # what `ampbench estimate` calls
+    out = study_cost.preflight(cfg, params, probe_batch=4, force=True)
     text = capsys.readouterr().out
     assert "full study on a CPU" in text and "4 variants x 3 seeds x 20 epochs x 3125 steps" in text
     assert out["study_seconds"] > 0 and set(out["step_seconds"]) == {"fp32", "autocast"}
-    assert ("make demo" in text) == (out["study_seconds"] > estimate.LONG_ON_CPU_S)
+    assert ("make demo" in text) == (out["study_seconds"] > study_cost.LONG_ON_CPU_S)
 
 
 @pytest.mark.parametrize("scope", ["", "variant"])

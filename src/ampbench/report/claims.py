@@ -12,7 +12,7 @@ import math
 
 from ampbench.report.compare import ALPHA, _ms, _welch_p
 from ampbench.report.equivalence import tost
-from ampbench.report.words import ENGLISH, Words
+from ampbench.report.sentences import ENGLISH, Words
 
 TUTORIAL, PROJECT = "tutorial's conditions", "project's defaults"
 VERDICTS = (

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ampbench.report.claims import BARELY
-from ampbench.report.words import ENGLISH, Words
+from ampbench.report.sentences import ENGLISH, Words
 
 WAITING = 0.5  # device busy less than this share of the wall time: the step mostly waits for the host
 

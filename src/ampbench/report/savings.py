@@ -9,7 +9,7 @@ import math
 
 from ampbench.report.claims import AC, FP32, GS, cite, seed_values
 from ampbench.report.compare import _ms
-from ampbench.report.words import ENGLISH, Words
+from ampbench.report.sentences import ENGLISH, Words
 
 
 def _mean(rec: dict, key: str) -> float:

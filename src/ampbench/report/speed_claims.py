@@ -25,7 +25,7 @@ from ampbench.report.claims import (
     verdict,
 )
 from ampbench.report.compare import _ms, _welch_p
-from ampbench.report.words import ENGLISH, Words
+from ampbench.report.sentences import ENGLISH, Words
 
 
 def _speed(studies: dict, variant: str, base: str) -> dict[str, tuple[float, float]]:

@@ -1,1 +1,2 @@
-"""The pipeline's stages as functions the CLI calls: train, evaluate, bench, and the DDP launcher."""
+"""The study's pipeline stages (dvc.yaml): download, train (with its DDP launcher, lock, stop and
+params watch), evaluate and compare; the commands that are not stages live in ``commands/``."""

@@ -12,6 +12,7 @@ and chart only.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from ampbench import outputs
@@ -21,6 +22,17 @@ from ampbench.variants import VARIANTS, study_variants
 
 OUTPUTS = ("comparison.md", "comparison.csv", "comparison.png", "summary.json")
 ROW_METRICS = ("speedup", "accuracy_delta", "p_value")
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument(
+        "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
+    )
+    c.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare variants trained with different settings (refused otherwise), the table labelled so",
+    )
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:

@@ -11,6 +11,7 @@ H200 host), while scoring one variant's three models takes about 3 s there.
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 from ampbench import outputs
@@ -18,9 +19,17 @@ from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
 from ampbench.stages.download import check_prepared
 from ampbench.timing import StageClock
-from ampbench.variants import VARIANTS, study_variants, variant_name
+from ampbench.variants import PARALLELS, PRECISIONS, VARIANTS, study_variants, variant_name
 
 log = logging.getLogger(__name__)
+
+
+def add_arguments(ev: argparse.ArgumentParser) -> None:
+    ev.add_argument("--parallel", choices=PARALLELS, help="with --precision: one variant only")
+    ev.add_argument("--precision", choices=PRECISIONS, help="with --parallel: one variant only")
+    ev.add_argument(
+        "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
+    )
 
 
 def chosen_variants(args) -> list[str]:

@@ -9,6 +9,7 @@ this same command with RANK set; every other variant, and each DDP worker, train
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -16,6 +17,7 @@ import shlex
 import signal
 
 from ampbench.cli import all_overrides
+from ampbench.cli_options import add_variant_choice
 from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, WORK_DIR
 from ampbench.stages import train_lock
@@ -23,6 +25,15 @@ from ampbench.stages.download import check_prepared
 from ampbench.variants import variant_name
 
 log = logging.getLogger(__name__)
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    add_variant_choice(t)
+    t.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard a checkpoint written by another configuration and start over",
+    )
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:

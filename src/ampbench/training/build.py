@@ -4,8 +4,8 @@ them (``make_step``). Imports no mlflow.
 Precision and parallelism arrive as strategy objects (``precision.PrecisionStrategy``,
 ``parallel.ParallelStrategy``), so nothing here branches on a variant; the precision's per-run
 state (``precision.PrecisionRun``: the GradScaler) is what the step scales and steps through. The
-claim-4 demonstration (claim4.py) is wired in here only when its flag is set. The loop over epochs
-is ``loop.train_seed``.
+claim-4 demonstration (dp_autocast_outside.py) is wired in here only when its flag is set. The loop
+over epochs is ``loop.train_seed``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ampbench.config import Config
-from ampbench.training import claim4, factory
+from ampbench.training import dp_autocast_outside, factory
 from ampbench.training.compiler import Compiler
 from ampbench.training.parallel import ParallelStrategy
 from ampbench.training.precision import PrecisionRun, PrecisionStrategy
@@ -120,7 +120,7 @@ def setup(
     facts = dict(run.facts)
     compiler = _compiler(t.compile, strategy)
     if t.dp_autocast_outside_forward:  # the tutorial's claim 4, demonstrated; never otherwise
-        model, placement = claim4.autocast_outside(run, strategy.wrap(compiler.wrap(raw_model)))
+        model, placement = dp_autocast_outside.autocast_outside(run, strategy.wrap(compiler.wrap(raw_model)))
         facts.update(placement)
     else:
         model = strategy.wrap(compiler.wrap(run.wrap(raw_model)))

@@ -65,7 +65,7 @@ class AlexNet(nn.Module):
 
 class DtypeProbe:
     """Records the dtype the first convolution produced in training, per device (every run: the
-    `replica_dtypes` fact; the claim-4 demonstration, claim4.py, is where it tells most).
+    `replica_dtypes` fact; the claim-4 demonstration, dp_autocast_outside.py, is where it tells most).
 
     A forward hook on the model's first Conv2d (or, without one, its first Linear): any model.
     DataParallel's replicas share the hook (replicate copies the module's hook dict), so each GPU's

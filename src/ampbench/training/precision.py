@@ -129,7 +129,7 @@ class AmpRun:
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """`model` inside an ``AutocastForward``, or as is without autocast: fp32 enters none at
-        all, not even a disabled one, which would switch a caller's off (claim4.py)."""
+        all, not even a disabled one, which would switch a caller's off (dp_autocast_outside.py)."""
         if self._dtype is None:
             return model
         return AutocastForward(model, self._device.type, self._dtype)

@@ -12,7 +12,7 @@ syncs in all), and then logs, on rank 0 only:
   evaluate and compare stages,
 - and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
 
-The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.training.estimate``.
+The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.training.study_cost``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import torch
 
 from ampbench.config import Config
 from ampbench.timing import process_age
-from ampbench.training.estimate import (
+from ampbench.training.measure import sync
+from ampbench.training.study_cost import (
     DEMO_HINT,
     LONG_ON_CPU_S,
     eval_steps,
@@ -36,7 +37,6 @@ from ampbench.training.estimate import (
     seed_steps,
     study_variants,
 )
-from ampbench.training.measure import sync
 
 # Re-exported: `ampbench estimate` calls progress.preflight.
 __all__ = ["StageProgress", "fmt_duration", "for_stage", "preflight", "process_seconds"]

@@ -106,7 +106,7 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     _name(f"ampbench-{request['argv'][0] if request['argv'] else ''}")
     _as_if_started_here(request)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # what arrived meanwhile is delivered now
-    from ampbench import cli, ending
+    from ampbench import cli, process_exit
 
     code = 1
     try:
@@ -117,7 +117,7 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
             print(stop.code, file=sys.stderr)
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
-    return ending.finish(code)
+    return process_exit.finish(code)
 
 
 def _as_if_started_here(request: dict) -> None:

@@ -8,13 +8,30 @@ evaluates the variant, each as the `ampbench` command it is (same options, same 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 
+from ampbench.cli_options import add_variant_choice
 from ampbench.config import Config
 from ampbench.paths import DATA_FILE
 from ampbench.stages.download import prepared_mismatch
 from ampbench.variants import variant_name
+
+
+def add_arguments(v: argparse.ArgumentParser) -> None:
+    """The variant, and overrides of params.yaml (MLproject's parameters; empty: params.yaml's)."""
+    add_variant_choice(v)
+    for flag, key, example in (
+        ("--epochs", "train.epochs", ""),
+        ("--batch-size", "train.batch_size (global)", ""),
+        ("--seeds", "train.seeds", ", e.g. 0,1"),
+        ("--data-url", "data.url", ", e.g. a local archive"),
+        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
+        ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
+        ("--model", "model.name", ", e.g. torchvision:resnet18 or mypkg.nets:make_model"),
+    ):
+        v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""How a stage process ends (``ampbench.ending.finish`` then ``os._exit``): what the interpreter's
+"""How a stage process ends (``ampbench.process_exit.finish`` then ``os._exit``): what the interpreter's
 own exit would have done, and no hang on threads that only that exit knows how to stop."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     atexit.register(lambda: print("atexit ran", end=""))  # a pipe: buffered until finish flushes it
     threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined"))).start()
 
-    from ampbench.ending import finish
+    from ampbench.process_exit import finish
 
     os._exit(finish(3))
     """

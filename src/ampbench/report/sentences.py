@@ -3,14 +3,14 @@
 The tutorial the project answers was written in Chinese for Chinese readers, so `ampbench
 findings` writes both editions from the same results in one run. The report's code builds every
 figure once, as text, and hands it to :class:`Words`, which puts it in the edition's sentence
-(words_en.py, words_zh.py: the same keys and the same fields). So the editions cannot disagree on a
+(sentences_en.py, sentences_zh.py: the same keys and the same fields). So the editions cannot disagree on a
 number; a test checks they hold the same ones.
 """
 
 from __future__ import annotations
 
-from ampbench.report.words_en import EN
-from ampbench.report.words_zh import ZH, ZH_NAMES
+from ampbench.report.sentences_en import EN
+from ampbench.report.sentences_zh import ZH, ZH_NAMES
 
 LANGUAGES = ("en", "zh")
 _SENTENCES = {"en": EN, "zh": ZH}

@@ -1,7 +1,7 @@
-"""docs/FINDINGS.md's sentences in English (report/words.py says how they are used).
+"""docs/FINDINGS.md's sentences in English (report/sentences.py says how they are used).
 
 Every value reaches a sentence already formatted (numbers by the code, run ids as found), so the
-Chinese edition (words_zh.py, the same keys) shows the same figures character for character.
+Chinese edition (sentences_zh.py, the same keys) shows the same figures character for character.
 """
 
 EN = {

@@ -1,5 +1,5 @@
-"""The measures of `ampbench explain` (stages/explain.py): AMP's speed-up rung by rung, from the
-tutorial's conditions to the project's defaults, and over batch sizes.
+"""AMP's speed-up rung by rung, from the tutorial's conditions to the project's defaults, and over
+batch sizes: the measures of `ampbench explain`.
 
 Each rung is a named set of existing ``train.*`` params applied on top of the previous rung (no
 code path of its own), so any rung can also be trained as a whole study with ``--set``. For each
@@ -13,14 +13,22 @@ total-energy counter where the GPU has one. Every speed-up is a ratio of medians
 from __future__ import annotations
 
 import itertools
+import json
+import logging
+import shlex
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
 from ampbench.config import replace
+from ampbench.measuring import kit
 from ampbench.report import selfcheck
-from ampbench.stages import bench_measure
-from ampbench.training import loader, measure, parallel, precision
+from ampbench.training import loader, measure
+
+log = logging.getLogger(__name__)
 
 # (name, what changes, train.* overrides on top of the previous rung). R0 is tutorial/params.yaml's
 # train section (tests/stages/test_explain.py keeps them equal); the last rung without compile is
@@ -103,7 +111,7 @@ def _windows(
         n = min(steps, len(batches))
         measure.sync(device)  # the warm-up's or last window's work done: not this window's energy
         j0 = energy.joules()
-        out.append(bench_measure._seconds(lambda e=todo: step(*next(e)), n, device) / n)
+        out.append(kit.seconds(lambda e=todo: step(*next(e)), n, device) / n)
         j1 = energy.joules()
         joules = None if joules is None or j0 is None or j1 is None else joules + j1 - j0
         epoch.close()
@@ -122,7 +130,7 @@ def _profile(step, batches, steps: int, device) -> tuple[float, float]:
     measure.sync(device)
     with profile(activities=activities) as prof:
         it = iter(todo)
-        wall = bench_measure._seconds(lambda: step(*next(it)), len(todo), device)
+        wall = kit.seconds(lambda: step(*next(it)), len(todo), device)
     events = prof.key_averages()
     busy_us = (
         sum(e.self_device_time_total for e in events)
@@ -136,7 +144,7 @@ def _profile(step, batches, steps: int, device) -> tuple[float, float]:
 def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, opts: dict) -> dict:
     """One rung x precision: its windows, profile, memory and energy."""
     device, t = strategy.device, cfg.train
-    step, facts = bench_measure._trainer(cfg, f"single-{name}", dataset, strategy)
+    step, facts = kit.trainer(cfg, f"single-{name}", dataset, strategy)
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, 0, t.workers)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -162,40 +170,58 @@ def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, 
     }
 
 
-def crossover(cfg, dataset: dict, strategy, batches_to_try: list[int], opts: dict) -> dict:
-    """Images/s of the defaults' bare step (one resident batch, graph-replayed on CUDA) per batch
-    and precision; the smallest batch where autocast reaches 1.5x and 2x fp32."""
-    device, rows = strategy.device, []
-    for batch in batches_to_try:
-        c = replace(cfg, train={"batch_size": batch})
-        x = dataset["train_images"][:batch].to(device)
-        y = dataset["train_labels"][:batch].to(device)
-        row = {"batch": batch}
-        for name in precisions(device):
-            row[name] = _ceiling(c, name, dataset, strategy, x, y, opts["steps"])
-        rows.append(row)
+def measure_ladder(cfg, dataset: dict, strategy, opts: dict, only: list[str], cli_args: list[str], out: Path):
+    """(every rung measured, whether the energy counter was there): the rungs named in `only`, or
+    all. On a GPU, measuring all, the rungs without cuDNN autotuning run in a process of their own
+    (`measured_apart`): cuDNN keeps the plan it chose for a shape without autotuning and reuses it
+    once autotuning is on (measured: R3 at R2's fp32 speed)."""
+    from ampbench.training.energy import Energy
 
-    def first(ratio: float) -> int | None:
-        return next((r["batch"] for r in rows if r["autocast"] >= ratio * r["fp32"]), None)
-
-    return {"rows": rows, "autocast_1_5x_from_batch": first(1.5), "autocast_2x_from_batch": first(2.0)}
-
-
-def _ceiling(cfg, name: str, dataset: dict, strategy, x, y, steps: int) -> float:
-    """Images/s of the bare step on one resident batch: the median of 3 windows after warm-up."""
-    device = strategy.device
-    step, _ = bench_measure._trainer(cfg, f"single-{name}", dataset, strategy)
-
-    def once() -> None:
-        step(x, y)
-
-    bench_measure._seconds(once, bench_measure._warm_steps(step, 3), device)
-    secs = [bench_measure._seconds(once, steps, device) / steps for _ in range(3)]
-    return len(y) / statistics.median(secs)
+    todo = rung_configs(cfg, strategy.device)
+    if only:  # a part of another explain: these rungs only
+        todo = [r for r in todo if r[0] in only]
+    apart = []
+    if strategy.device.type == "cuda" and not only:
+        off = [name for name, _, c in todo if not c.train.cudnn_benchmark]
+        apart = measured_apart(cli_args, opts, off, out)
+        todo = [r for r in todo if r[0] not in off]
+    energy = Energy(strategy.device)
+    measured = [measure_rung(name, what, c, dataset, strategy, energy, opts) for name, what, c in todo]
+    return apart + measured, energy.available
 
 
-def setup_device():
-    strategy = parallel.make("single")
-    strategy.setup()
-    precision.disable_tf32()
-    return strategy
+def measure_rung(name: str, what: str, cfg, dataset: dict, strategy, energy, opts: dict) -> dict:
+    """One rung, every precision; speed-ups as ratios of this rung's medians."""
+    flops = kit.train_flops_per_image(cfg, len(dataset["classes"]))
+    cells = [
+        measure_cell(cfg, p, dataset, strategy, energy, flops, opts) for p in precisions(strategy.device)
+    ]
+    tf32 = next((c for c in cells if c["precision"] == "tf32"), None)
+    for c in cells:
+        c["speedup_vs_fp32"] = c["images_per_second"] / cells[0]["images_per_second"]
+        if tf32:  # AMP's gain against what PyTorch runs by default on Ampere and newer
+            c["speedup_vs_tf32"] = c["images_per_second"] / tf32["images_per_second"]
+    summary = ", ".join(
+        f"{c['precision']} {c['images_per_second']:,.0f} img/s {c['speedup_vs_fp32']:.2f}x "
+        f"busy {c['device_busy']:.0%} syncs {c['host_syncs_per_step']:.1f}"
+        for c in cells
+    )
+    log.info("%s (%s): %s", name, what, summary)
+    return {"rung": name, "change": what, "batch": cfg.train.batch_size, "cells": cells}
+
+
+def measured_apart(cli_args: list[str], opts: dict, names: list[str], out: Path) -> list[dict]:
+    """`names` measured by `ampbench explain --rungs ...` in a fresh process; `cli_args`: this
+    explain's --params and --set options."""
+    if not names:
+        return []
+    part = out.with_name(out.name + "-part")
+    command = [sys.executable, "-m", "ampbench", "explain", *cli_args]
+    for flag, key in (("--steps", "steps"), ("--windows", "windows"), ("--profile-steps", "profile_steps")):
+        command += [flag, str(opts[key])]
+    command += ["--max-images", str(opts["max_images"]), "--rungs", ",".join(names), "--out", str(part)]
+    if subprocess.run(command).returncode != 0:
+        raise RuntimeError(f"measuring {', '.join(names)} apart failed: {shlex.join(command)}")
+    rungs = json.loads(part.with_suffix(".json").read_text())["rungs"]
+    part.with_suffix(".json").unlink()
+    return rungs

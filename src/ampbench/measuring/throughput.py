@@ -1,4 +1,4 @@
-"""The measures of `ampbench bench` (stages/bench.py): training throughput of one variant, three ways.
+"""Training throughput of chosen variants, three ways: the measures of `ampbench bench`.
 
 For each variant (``single`` or ``dp``) at one batch size, in one process:
 - **pipeline**: the real training loop (device-resident data and augmentation, the same step the
@@ -24,59 +24,16 @@ from __future__ import annotations
 import itertools
 import logging
 import statistics
-import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
+from ampbench.config import replace
+from ampbench.measuring.kit import epochs, seconds, train_flops_per_image, trainer, warm_steps
 from ampbench.report import selfcheck
-from ampbench.training import build, loader, measure, parallel, precision
+from ampbench.training import loader, measure, parallel, precision
+from ampbench.variants import split_name
 
 log = logging.getLogger(__name__)
-
-
-def train_flops_per_image(cfg, num_classes: int) -> float:
-    """Model FLOPs of one forward + backward, per image (counted, not assumed)."""
-    model = build.build_model(cfg, num_classes, torch.device("cpu"))
-    size = cfg.data.image_size
-    x = torch.randint(0, 255, (2, 3, size, size), dtype=torch.uint8)
-    with FlopCounterMode(display=False) as counter:
-        model(x).sum().backward()
-    return counter.get_total_flops() / 2
-
-
-def _clock(device) -> float:
-    """perf_counter after the device has finished all queued work (so the reading means it)."""
-    measure.sync(device)
-    return time.perf_counter()
-
-
-def _seconds(fn, calls: int, device) -> float:
-    """Wall seconds of `calls` calls of fn, device work included."""
-    t0 = _clock(device)
-    for _ in range(calls):
-        fn()
-    return _clock(device) - t0
-
-
-def _epochs(batches, first: int):
-    """Batches of epochs first, first + 1, ... without end (each epoch reshuffles and re-augments)."""
-    return (b for e in itertools.count(first) for b in batches.epoch(e))
-
-
-def _warm_steps(step, warmup: int) -> int:
-    # With a CUDA graph, at least its eager warm-up steps plus the capture stay out of every
-    # window. With train.cudnn_benchmark those eager steps also run cuDNN's algorithm search for
-    # the one batch shape there is (the loaders drop the last partial batch), so no capture
-    # records a search and no window pays for one.
-    return max(warmup, step.warmup_steps + 1) if step.use_graph else warmup
-
-
-def _trainer(cfg, variant: str, dataset: dict, strategy):
-    prec = precision.REGISTRY[variant.split("-", 1)[1]]
-    torch.manual_seed(0)
-    trainer = build.setup(cfg, prec, strategy, len(dataset["classes"]), 10**6)
-    return build.make_step(trainer, cfg, strategy), trainer.facts
 
 
 class Measure:
@@ -91,7 +48,7 @@ class Measure:
         """Time one window of `calls` calls of fn, each one training step."""
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        self.sec_per_step.append(_seconds(fn, calls, device) / calls)
+        self.sec_per_step.append(seconds(fn, calls, device) / calls)
         self.peak_mb = max(self.peak_mb, measure.peak_memory_mb(device))
 
     def row(self, batch: int, flops: float) -> dict:
@@ -144,14 +101,14 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
     device = strategy.setup()
     precision.disable_tf32()
     batch = cfg.train.batch_size
-    pipe_step, facts = _trainer(cfg, variant, dataset, strategy)
-    ceil_step, ceil_facts = _trainer(cfg, variant, dataset, strategy)
+    pipe_step, facts = trainer(cfg, variant, dataset, strategy)
+    ceil_step, ceil_facts = trainer(cfg, variant, dataset, strategy)
     batches = loader.make("device", dataset, batch, strategy, 0, 0)
     # Warm-up, outside the windows: the real loop on the first epoch(s), then the bare step on
     # one fixed batch. Both trainers are ready (graphs captured) before the first window.
-    warm = _warm_steps(pipe_step, warmup)
-    it = _epochs(batches, 0)
-    pipe = Measure("pipeline", variant, facts, _seconds(lambda: pipe_step(*next(it)), warm, device))
+    warm = warm_steps(pipe_step, warmup)
+    it = epochs(batches, 0)
+    pipe = Measure("pipeline", variant, facts, seconds(lambda: pipe_step(*next(it)), warm, device))
     it.close()  # frees the rest of its epoch's augmented images
     first_epoch = -(-warm // len(batches))  # windows start on a fresh epoch
     # A batch of an epoch no window trains on; cloned so the rest of that epoch can be freed.
@@ -160,7 +117,7 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
     def fixed():
         ceil_step(x, y)
 
-    ceil_warm = _seconds(fixed, _warm_steps(ceil_step, warmup), device)
+    ceil_warm = seconds(fixed, warm_steps(ceil_step, warmup), device)
     ceil = Measure("ceiling", variant, ceil_facts, ceil_warm)
     for w in range(windows):
         epoch = batches.epoch(first_epoch + w)  # a full epoch, its augmentation included
@@ -173,12 +130,12 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
 def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, workers) -> Measure:
     """The tutorial's DataLoader feeding the step; each window runs within one epoch."""
     device, batch = strategy.device, cfg.train.batch_size
-    step, facts = _trainer(cfg, variant, dataset, strategy)
+    step, facts = trainer(cfg, variant, dataset, strategy)
     tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
-    warm = _warm_steps(step, warmup)
-    it = _epochs(tl, 0)
+    warm = warm_steps(step, warmup)
+    it = epochs(tl, 0)
     m = Measure(
-        f"dataloader ({workers} workers)", variant, facts, _seconds(lambda: step(*next(it)), warm, device)
+        f"dataloader ({workers} workers)", variant, facts, seconds(lambda: step(*next(it)), warm, device)
     )
     it.close()  # its workers stop here, outside any window
     for w in range(windows):
@@ -189,6 +146,33 @@ def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, 
         m.window(lambda b=batches: step(*next(b)), min(steps, len(tl)), device)
         epoch.close()
     return m
+
+
+def check_benchmarkable(variants: list[str]) -> None:
+    """Only variants that train in this process can be benchmarked (not ddp: one process per rank)."""
+    in_process = [name for name, s in parallel.STRATEGIES.items() if s.in_process]
+    bad = [
+        v
+        for v in variants
+        if split_name(v)[0] not in in_process or split_name(v)[1] not in precision.REGISTRY
+    ]
+    if bad:
+        raise ValueError(
+            f"--variants: {', '.join(bad)} not benchmarkable (in-process variants only: "
+            f"{', '.join(p + '-*' for p in in_process)})"
+        )
+
+
+def run_modes(cfg, variants: list[str], modes: list[str], dataset: dict, **options) -> dict:
+    """`run` once per train.compile mode, each mode measured whole, one after another; the rows of
+    all in one result, each row naming its mode."""
+    res: dict = {}
+    for mode in modes:
+        one = run(replace(cfg, train={"compile": mode}), variants, dataset, **options)
+        rows = [{**r, "compile": mode} for r in one["rows"]]
+        res = {**one, "rows": res.get("rows", []) + rows, "compile": res.get("compile", []) + [mode]}
+    res["train_images"] = len(dataset["train_labels"])
+    return res
 
 
 def run(

@@ -7,7 +7,13 @@ The work is training/progress.py's ``preflight`` (the same estimate `make run` p
 
 from __future__ import annotations
 
+import argparse
+
 from ampbench.config import Config
+
+
+def add_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("--force", action="store_true", help="estimate on the CPU even when CUDA is present")
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:

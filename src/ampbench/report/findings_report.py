@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from ampbench.report import claims, ladder, savings, speed_claims
-from ampbench.report.words import ENGLISH, Words
+from ampbench.report.sentences import ENGLISH, Words
 
 VERDICTS = claims.VERDICTS
 SINGLE = ("single-fp32", "single-autocast", "single-autocast_gradscaler")

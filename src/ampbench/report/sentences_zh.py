@@ -1,6 +1,6 @@
-"""docs/FINDINGS.zh.md 的句子：与 words_en.py 同一组键，数字由代码格式化后填入，两版完全相同。
+"""docs/FINDINGS.zh.md 的句子：与 sentences_en.py 同一组键，数字由代码格式化后填入，两版完全相同。
 
-(The sentences of the Chinese edition; the same keys as words_en.py, every figure formatted by the
+(The sentences of the Chinese edition; the same keys as sentences_en.py, every figure formatted by the
 code before it arrives, so both editions show the same numbers.)
 """
 
@@ -162,7 +162,7 @@ ZH_NAMES = {
     "DataParallel needs autocast inside forward, or the replicas run in fp32": (
         "DataParallel 必须在 forward 内部启用 autocast，否则各副本以 fp32 运行"
     ),
-    # the overhead ladder's rungs (stages/explain_measure.RUNGS), by their English
+    # the overhead ladder's rungs (measuring/rungs.RUNGS), by their English
     "the tutorial's conditions: DataLoader with PIL transforms, 8 workers, batch 128, eager, "
     "cuDNN autotuning off": "教程的条件：DataLoader 加 PIL 变换、8 个 worker、batch 128、eager、关闭 cuDNN 自动调优",
     "data and augmentation on the GPU": "数据与数据增强放到 GPU 上",

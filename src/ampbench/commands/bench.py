@@ -1,0 +1,88 @@
+"""`ampbench bench`: training throughput of chosen variants, untracked by the study, and its report.
+
+    ampbench bench --variants single-fp32,single-autocast,single-autocast_gradscaler --batch-size 512
+
+Measures each variant's pipeline (the real training loop), its ceiling (the bare step on one
+resident batch) and the tutorial's DataLoader feeding the same step (measuring/throughput.py says
+how), each as the median of ``--windows`` timed windows. Writes ``<out>.md`` and ``<out>.json``
+first, then records them in MLflow (experiment ``<tracking.experiment>-bench``); with
+``--profile N`` the report also lists the time per kernel (CPU: per operator) of the ceiling step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ampbench.cli_options import at_least_one
+from ampbench.config import COMPILE_MODES, Config, replace
+
+HELP = "measure training throughput, untracked"
+
+
+def add_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
+    b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
+    b.add_argument("--compile", default="", help="train.compile modes side by side, e.g. none,default")
+    b.add_argument(
+        "--steps",
+        type=at_least_one,
+        default=50,
+        help="timed steps per ceiling and dataloader window (pipeline: one epoch)",
+    )
+    b.add_argument(
+        "--windows",
+        type=at_least_one,
+        default=5,
+        help="timed windows per measure, reported as median and min-max",
+    )
+    b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
+    b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
+    b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
+    b.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also profile STEPS ceiling steps per variant with torch.profiler and list "
+        "the time per GPU kernel (CPU: per operator); 0: off",
+    )
+    b.add_argument("--out", default="reports/bench", help="output prefix for .md and .json")
+
+
+def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.measuring import kit, throughput
+    from ampbench.report import bench_markdown
+    from ampbench.tracking import measurement_runs
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    modes = compile_modes(args.compile, cfg)
+    throughput.check_benchmarkable(variants)
+    if args.batch_size:
+        cfg = replace(cfg, train={"batch_size": args.batch_size})
+    res = throughput.run_modes(
+        cfg,
+        variants,
+        modes,
+        kit.dataset(args.max_images),
+        steps=args.steps,
+        warmup=args.warmup,
+        workers=args.workers,
+        profile_steps=args.profile,
+        windows=args.windows,
+    )
+    out = Path(args.out)
+    params, metrics = measurement_runs.bench_figures(res)
+    write, suffixes = bench_markdown.write, (".json", ".md")
+    res["run_id"] = measurement_runs.record(cfg, "bench", res, out, params, metrics, write, suffixes)
+    print(bench_markdown.to_markdown(res))
+    return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
+
+
+def compile_modes(text: str, cfg: Config) -> list[str]:
+    """--compile's modes (empty: train.compile's), each one of COMPILE_MODES."""
+    modes = [m.strip() for m in text.split(",") if m.strip()] or [cfg.train.compile]
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if bad:
+        raise ValueError(f"--compile: {', '.join(bad)} not one of {', '.join(COMPILE_MODES)}")
+    return modes

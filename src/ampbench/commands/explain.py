@@ -1,0 +1,78 @@
+"""`ampbench explain`: why AMP pays or not on this machine, rung by rung (measuring/rungs.py).
+
+    ampbench explain                 # reports/explain.{json,md,png}; MLflow <experiment>-explain
+
+On a GPU: every rung from the tutorial's conditions (R0) to the defaults (R4) and compile (R5),
+each precision, then the batch crossover. On a CPU: R0–R2 at an eighth of the batch, in a minute,
+and the report says plainly that CPU figures say nothing about any GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ampbench.cli_options import at_least_one
+from ampbench.config import Config
+
+HELP = "AMP's speed-up rung by rung and over batch sizes"
+
+
+def add_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("--steps", type=at_least_one, default=0, help="steps per window (default: 40 GPU, 3 CPU)")
+    e.add_argument("--windows", type=at_least_one, default=0, help="timed windows (default: 5 GPU, 2 CPU)")
+    e.add_argument(
+        "--profile-steps", type=at_least_one, default=0, help="profiled steps (default: 10 GPU, 2 CPU)"
+    )
+    e.add_argument(
+        "--max-images", type=int, default=-1, help="use the first N train images (default: all GPU, 320 CPU)"
+    )
+    e.add_argument("--no-crossover", action="store_true", help="skip the batch crossover")
+    e.add_argument("--rungs", default="", help=argparse.SUPPRESS)  # a part, measured in its own process
+    e.add_argument("--out", default="reports/explain", help="output prefix for .json, .md, .png")
+
+
+def options(args, cuda: bool) -> dict:
+    """The measuring options: those given, else the GPU's or the CPU's defaults."""
+    pick = {"steps": (40, 3), "windows": (5, 2), "profile_steps": (10, 2)}
+    opts = {k: getattr(args, k) or (gpu if cuda else cpu) for k, (gpu, cpu) in pick.items()}
+    opts["warmup_epochs"] = 1
+    opts["max_images"] = args.max_images if args.max_images >= 0 else (0 if cuda else 320)
+    return opts
+
+
+def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.measuring import crossover, kit, rungs
+    from ampbench.report import explain_markdown as report
+    from ampbench.tracking import measurement_runs
+
+    strategy = kit.single_device()
+    cuda = strategy.device.type == "cuda"
+    opts = options(args, cuda)
+    dataset = kit.dataset(opts["max_images"])
+    out, only = Path(args.out), [r for r in args.rungs.split(",") if r]
+    cli_args = ["--params", args.params, *[x for o in args.overrides for x in ("--set", o)]]
+    measured, energy_counter = rungs.measure_ladder(cfg, dataset, strategy, opts, only, cli_args, out)
+    if only:  # a part of another explain (rungs.measured_apart): these rungs only, into its JSON
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps({"rungs": measured}) + "\n")
+        return 0
+    res = {
+        "hardware": strategy.facts()["device_name"],
+        "device_type": strategy.device.type,
+        "note": "" if cuda else report.CPU_NOTE,
+        "tf32": False,
+        "options": opts,
+        "energy_counter": energy_counter,
+        "defaults_rung": rungs.DEFAULTS_RUNG,
+        "rungs": measured,
+    }
+    if not args.no_crossover:
+        batches = [32, 64, 128, 256, 512, 1024, 2048, 4096] if cuda else [8, 16, 32]
+        res["crossover"] = crossover.measure(cfg, dataset, strategy, batches, opts)
+    params, metrics = measurement_runs.explain_figures(res)
+    suffixes = (".json", ".md", ".png")
+    res["run_id"] = measurement_runs.record(cfg, "explain", res, out, params, metrics, report.write, suffixes)
+    print(report.to_markdown(res))
+    return 0 if res["run_id"] else 1

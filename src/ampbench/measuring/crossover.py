@@ -1,0 +1,42 @@
+"""The batch crossover of `ampbench explain`: the defaults' bare step (one resident batch,
+graph-replayed on CUDA) over batch sizes, and from which batch autocast pays 1.5x and 2x fp32."""
+
+from __future__ import annotations
+
+import statistics
+
+from ampbench.config import replace
+from ampbench.measuring import kit
+from ampbench.measuring.rungs import precisions
+
+
+def measure(cfg, dataset: dict, strategy, batches_to_try: list[int], opts: dict) -> dict:
+    """Images/s of the defaults' bare step (one resident batch, graph-replayed on CUDA) per batch
+    and precision; the smallest batch where autocast reaches 1.5x and 2x fp32."""
+    device, rows = strategy.device, []
+    for batch in batches_to_try:
+        c = replace(cfg, train={"batch_size": batch})
+        x = dataset["train_images"][:batch].to(device)
+        y = dataset["train_labels"][:batch].to(device)
+        row = {"batch": batch}
+        for name in precisions(device):
+            row[name] = _ceiling(c, name, dataset, strategy, x, y, opts["steps"])
+        rows.append(row)
+
+    def first(ratio: float) -> int | None:
+        return next((r["batch"] for r in rows if r["autocast"] >= ratio * r["fp32"]), None)
+
+    return {"rows": rows, "autocast_1_5x_from_batch": first(1.5), "autocast_2x_from_batch": first(2.0)}
+
+
+def _ceiling(cfg, name: str, dataset: dict, strategy, x, y, steps: int) -> float:
+    """Images/s of the bare step on one resident batch: the median of 3 windows after warm-up."""
+    device = strategy.device
+    step, _ = kit.trainer(cfg, f"single-{name}", dataset, strategy)
+
+    def once() -> None:
+        step(x, y)
+
+    kit.seconds(once, kit.warm_steps(step, 3), device)
+    secs = [kit.seconds(once, steps, device) / steps for _ in range(3)]
+    return len(y) / statistics.median(secs)
