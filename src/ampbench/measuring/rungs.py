@@ -31,7 +31,7 @@ from ampbench.training import loader, measure
 log = logging.getLogger(__name__)
 
 # (name, what changes, train.* overrides on top of the previous rung). R0 is tutorial/params.yaml's
-# train section (tests/stages/test_explain.py keeps them equal); the last rung without compile is
+# train section (tests/commands/test_explain.py keeps them equal); the last rung without compile is
 # params.yaml's defaults.
 RUNGS = (
     (
