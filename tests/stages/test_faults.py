@@ -21,6 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -290,17 +291,22 @@ def test_store_faults_are_classified_without_a_traceback(project, monkeypatch, c
         def fail(*_, err=err):
             raise err
 
-        monkeypatch.setattr(cli, "_function", lambda target, fail=fail: fail)
+        module = types.SimpleNamespace(main=fail)
+        monkeypatch.setattr(cli, "command_module", lambda name, module=module: module)
         caplog.clear()
         with caplog.at_level(logging.ERROR):
             assert cli.main(["compare"]) == 1
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
         assert len(lines) == 1 and words in lines[0] and "\n" not in lines[0], lines
-    monkeypatch.setattr(cli, "_function", lambda target: lambda *_: 1 / 0)
+    monkeypatch.setattr(cli, "command_module", lambda name: types.SimpleNamespace(main=lambda *_: 1 / 0))
     with pytest.raises(ZeroDivisionError):  # not a store fault: a bug keeps its traceback
         cli.main(["compare"])
     monkeypatch.setenv("AMPBENCH_DEBUG", "1")
-    monkeypatch.setattr(cli, "_function", lambda target: lambda *_: (_ for _ in ()).throw(locked))
+    monkeypatch.setattr(
+        cli,
+        "command_module",
+        lambda name: types.SimpleNamespace(main=lambda *_: (_ for _ in ()).throw(locked)),
+    )
     with pytest.raises(sqlalchemy.exc.OperationalError):
         cli.main(["compare"])
 
