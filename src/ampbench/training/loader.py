@@ -15,14 +15,15 @@ from __future__ import annotations
 import torch
 
 
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 100_003 + epoch)
+def epoch_generator(seed: int, epoch: int, device: torch.device | None = None) -> torch.Generator:
+    """The epoch's random numbers, on ``device`` (the CPU by default)."""
+    return torch.Generator(device=device or "cpu").manual_seed(seed * 100_003 + epoch)
 
 
 def draw_crop_flip(n: int, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Per-image (dy, dx, flip) for n images, as an (n, 3) int64 tensor."""
-    shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen)
-    flips = (torch.rand(n, generator=gen) < 0.5).long()[:, None]
+    """Per-image (dy, dx, flip) for n images, as an (n, 3) int64 tensor on the generator's device."""
+    shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen, device=gen.device)
+    flips = (torch.rand(n, generator=gen, device=gen.device) < 0.5).long()[:, None]
     return torch.cat([shifts, flips], 1)
 
 
@@ -54,13 +55,19 @@ class DeviceLoader:
         return len(self.labels) // self.global_batch
 
     def epoch(self, epoch: int, start_step: int = 0):
-        gen = epoch_generator(self.seed, epoch)
-        order = torch.randperm(len(self.labels), generator=gen)[: len(self) * self.global_batch]
+        # The shuffle and the draws are made on the device: drawn on the host and copied over,
+        # they cost 6-50 ms of host work per epoch (page faults, synchronising copies) while the GPU
+        # waited, which made an H100's AMP epochs vary by up to 30% (docs/BENCHMARKS.md).
+        device = self.images.device
+        gen = epoch_generator(self.seed, epoch, device)
+        order = torch.randperm(len(self.labels), generator=gen, device=device)
+        order = order[: len(self) * self.global_batch]
         # Draw the augmentation for the whole global order, then take this rank's part, so each
         # image gets the same crop and flip whatever the world size (DDP == one process).
         aug = draw_crop_flip(len(order), gen)
-        part = torch.arange(len(order)).view(len(self), self.world, self.local)[:, self.rank].reshape(-1)
-        mine, aug = order[part].to(self.images.device), aug[part]
+        rows = torch.arange(len(order), device=device).view(len(self), self.world, self.local)
+        part = rows[:, self.rank].reshape(-1)
+        mine, aug = order[part], aug[part]
         # Augment in chunks so peak memory stays bounded on large datasets.
         chunks = zip(mine.split(self.chunk), aug.split(self.chunk))
         images = torch.cat([random_crop_flip(self.images[i], a) for i, a in chunks])
