@@ -3,14 +3,14 @@
 The speed claims (1, 2) are in speed_claims.py. Each section takes ``studies`` ({label: {variant:
 metrics file}}, the tutorial's conditions first) and returns markdown ending in one verdict line.
 Thresholds are named here, so a verdict can be traced to a rule: "barely" is a speed-up under
-BARELY; a difference is real at p < compare.ALPHA.
+BARELY; a difference is real at p < stats.ALPHA.
 """
 
 from __future__ import annotations
 
 import math
 
-from ampbench.report.compare import ALPHA, _ms, _welch_p
+from ampbench.report import stats
 from ampbench.report.equivalence import tost
 from ampbench.report.sentences import ENGLISH, Words
 
@@ -37,7 +37,7 @@ def seed_values(rec: dict, key: str) -> list[float]:
 
 
 def mean_std(rec: dict, key: str, digits: int, w: Words = ENGLISH) -> str:
-    mean, std = _ms(seed_values(rec, key))
+    mean, std = stats.mean_std(seed_values(rec, key))
     return w("na") if math.isnan(mean) else f"{mean:,.{digits}f} ± {std:,.{digits}f}"
 
 
@@ -104,7 +104,8 @@ def _accuracy_rows(studies: dict) -> list[tuple[str, str, float, float, dict, di
             if prec == FP32 or base is None:
                 continue
             a, b = seed_values(rec, "test_accuracy"), seed_values(base, "test_accuracy")
-            out.append((label, variant, _ms(a)[0] - _ms(b)[0], _welch_p(a, b), rec, base))
+            delta = stats.mean_std(a)[0] - stats.mean_std(b)[0]
+            out.append((label, variant, delta, stats.welch_p(a, b), rec, base))
     return out
 
 
@@ -124,7 +125,9 @@ def claim3(studies: dict, margin_pts: float = 0.5, w: Words = ENGLISH) -> str:
             f"| {w.name(label)} | {variant} | {acc} | {base_acc} | {delta:+.4f} | {fmt_p(p, w)} | {ci} "
             f"| {w('na') if t is None else fmt_p(t.p, w)} | {setting(rec, w)} | {runs} |"
         )
-    stds = [_ms(seed_values(runs[f"single-{FP32}"], "test_accuracy"))[1] for runs in studies.values()]
+    stds = [
+        stats.mean_std(seed_values(runs[f"single-{FP32}"], "test_accuracy"))[1] for runs in studies.values()
+    ]
     studies_said = w.list(w.name(label) for label in studies)
     note = w("c3.note", stds=w.list(f"{s:.4f}" for s in stds), studies=studies_said, margin=margin)
     lines += ["", note, ""]
@@ -133,9 +136,9 @@ def claim3(studies: dict, margin_pts: float = 0.5, w: Words = ENGLISH) -> str:
 
 def _claim3_verdict(rows: list, equivalence: dict, margin: str, w: Words) -> str:
     tested = [r for r in rows if not math.isnan(r[3])]
-    real = sorted({r[0] for r in tested if r[3] < ALPHA})
+    real = sorted({r[0] for r in tested if r[3] < stats.ALPHA})
     names = w.list(
-        w("c3.name", variant=r[1], label=w.name(r[0]), p=fmt_p(r[3], w)) for r in tested if r[3] < ALPHA
+        w("c3.name", variant=r[1], label=w.name(r[0]), p=fmt_p(r[3], w)) for r in tested if r[3] < stats.ALPHA
     )
     if not tested:
         return verdict(3, "not tested here", w("c3.untested"), w)
@@ -145,7 +148,7 @@ def _claim3_verdict(rows: list, equivalence: dict, margin: str, w: Words) -> str
         return verdict(3, "holds", w("c3.holds", names=names), w)
     open_ = [(k, t) for k, t in equivalence.items() if t is None or not t.equivalent]
     if not open_:
-        reason = w("c3.equivalent", margin=margin, n=len(equivalence), alpha=ALPHA)
+        reason = w("c3.equivalent", margin=margin, n=len(equivalence), alpha=stats.ALPHA)
         return verdict(3, "does not hold", reason, w)
     which = w.list(
         w(
@@ -156,7 +159,7 @@ def _claim3_verdict(rows: list, equivalence: dict, margin: str, w: Words) -> str
         )
         for (label, variant), t in open_
     )
-    reason = w("c3.open", n=len(tested), alpha=ALPHA, margin=margin, which=which)
+    reason = w("c3.open", n=len(tested), alpha=stats.ALPHA, margin=margin, which=which)
     return verdict(3, "not shown either way", reason, w)
 
 

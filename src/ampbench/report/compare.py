@@ -21,9 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
-from scipy import stats
-
-from ampbench.report import selfcheck
+from ampbench.report import selfcheck, stats
 from ampbench.report.chart import chart, energy_measured
 
 log = logging.getLogger(__name__)
@@ -36,7 +34,6 @@ TF32_NOTE = (
     f" vs {TF32_BASELINE}: images/s against fp32 with TF32 math, PyTorch's default for convolutions "
     "on Ampere and newer GPUs (single-fp32 is true fp32, TF32 off)."
 )
-ALPHA = 0.05
 COLUMNS = (
     "variant",
     "seeds",
@@ -75,33 +72,28 @@ MEASURED = (
 )
 
 
-def _ms(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def summarize(records: dict[str, dict]) -> list[dict]:
     """One row per variant from the per-variant metrics files (``{variant: summary}``)."""
     base = records.get(BASELINE)
     base_acc = [r["test_accuracy"] for r in base["seeds"]] if base else []
-    base_ips = _ms([r["images_per_second"] for r in base["seeds"]])[0] if base else math.nan
+    base_ips = stats.mean_std([r["images_per_second"] for r in base["seeds"]])[0] if base else math.nan
     tf32 = records.get(TF32_BASELINE)
-    tf32_ips = _ms([r["images_per_second"] for r in tf32["seeds"]])[0] if tf32 else math.nan
+    tf32_ips = stats.mean_std([r["images_per_second"] for r in tf32["seeds"]])[0] if tf32 else math.nan
     rows = []
     for variant, rec in records.items():
         seeds = rec["seeds"]
         row = {"variant": variant, "seeds": len(seeds), "diverged": sum(bool(s["diverged"]) for s in seeds)}
         for key in MEASURED:
             values = [s.get(key) for s in seeds]  # energy: None on a seed without NVML's counter
-            row[f"{key}_mean"], row[f"{key}_std"] = _ms([] if None in values else [float(v) for v in values])
+            measured = [] if None in values else [float(v) for v in values]
+            row[f"{key}_mean"], row[f"{key}_std"] = stats.mean_std(measured)
         acc = [s["test_accuracy"] for s in seeds]
         row["accuracy_delta"] = (
             row["test_accuracy_mean"] - statistics.fmean(base_acc) if base_acc else math.nan
         )
-        row["p_value"] = _welch_p(acc, base_acc) if variant != BASELINE else math.nan
+        row["p_value"] = stats.welch_p(acc, base_acc) if variant != BASELINE else math.nan
         row["significant"] = (
-            "n/a" if math.isnan(row["p_value"]) else ("yes" if row["p_value"] < ALPHA else "no")
+            "n/a" if math.isnan(row["p_value"]) else ("yes" if row["p_value"] < stats.ALPHA else "no")
         )
         row["speedup"] = row["images_per_second_mean"] / base_ips if base_ips else math.nan
         row["speedup_vs_tf32"] = row["images_per_second_mean"] / tf32_ips if tf32_ips else math.nan
@@ -112,13 +104,6 @@ def summarize(records: dict[str, dict]) -> list[dict]:
         row["variant_run_ids"] = sorted({s["variant_run_id"] for s in seeds if s.get("variant_run_id")})
         rows.append(row)
     return rows
-
-
-def _welch_p(a: list[float], b: list[float]) -> float:
-    """Welch's t-test p-value; nan when either side has < 2 seeds or no variance at all."""
-    if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
-        return math.nan
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def _fmt(mean: float, std: float, digits: int) -> str:
@@ -174,7 +159,7 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
     note = (
         f"\nHardware: {device}. Mean ± std over seeds; images/s excludes each run's first "
         f"(warm-up) epoch; speed-up is images/s against {BASELINE}; significance: Welch's "
-        f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {ALPHA}. "
+        f"two-sample t-test on per-seed test accuracy against {BASELINE}, p < {stats.ALPHA}. "
         "Diverged runs are counted in their variant and included in its means. Peak MB: device "
         f"memory of GPU 0 / rank 0 on CUDA, the process's peak resident memory on CPU. {said}"
         + (TF32_NOTE if tf32 else "")

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import math
 
+from ampbench.report import stats
 from ampbench.report.claims import AC, FP32, GS, cite, seed_values
-from ampbench.report.compare import _ms
 from ampbench.report.sentences import ENGLISH, Words
 
 
 def _mean(rec: dict, key: str) -> float:
     """Mean over seeds; nan unless every seed has the value (energy: absent without NVML)."""
     values = seed_values(rec, key)
-    return _ms(values)[0] if len(values) == len(rec["seeds"]) else math.nan
+    return stats.mean_std(values)[0] if len(values) == len(rec["seeds"]) else math.nan
 
 
 def _spread(rec: dict, key: str, spec: str, w: Words, scale: float = 1.0) -> str:
@@ -23,7 +23,7 @@ def _spread(rec: dict, key: str, spec: str, w: Words, scale: float = 1.0) -> str
     values = seed_values(rec, key)
     if not values or len(values) < len(rec["seeds"]):
         return w("na")
-    mean, std = _ms([v * scale for v in values])
+    mean, std = stats.mean_std([v * scale for v in values])
     return f"{format(mean, spec)} ± {format(std, spec)}"
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ampbench.report import selfcheck
+from ampbench.report import selfcheck, stats
 from ampbench.report.claims import (
     AC,
-    ALPHA,
     BARELY,
     FP32,
     GS,
@@ -24,7 +23,6 @@ from ampbench.report.claims import (
     setting,
     verdict,
 )
-from ampbench.report.compare import _ms, _welch_p
 from ampbench.report.sentences import ENGLISH, Words
 
 
@@ -36,7 +34,7 @@ def _speed(studies: dict, variant: str, base: str) -> dict[str, tuple[float, flo
             seed_values(runs[f"single-{variant}"], "images_per_second"),
             seed_values(runs[f"single-{base}"], "images_per_second"),
         )
-        out[label] = (_ms(a)[0] / _ms(b)[0], _welch_p(a, b))
+        out[label] = (stats.mean_std(a)[0] / stats.mean_std(b)[0], stats.welch_p(a, b))
     return out
 
 
@@ -46,7 +44,7 @@ def _speed_table(studies: dict, variants: tuple[str, ...], w: Words) -> list[str
         for v in variants:
             rec = runs[f"single-{v}"]
             batch = rec["seeds"][0].get("train.batch_size")
-            ips = _ms(seed_values(rec, "images_per_second"))[0]
+            ips = stats.mean_std(seed_values(rec, "images_per_second"))[0]
             ms = f"{1e3 * batch / ips:.2f}" if batch and ips else w("na")
             lines.append(
                 f"| {w.name(label)} | single-{v} | {mean_std(rec, 'images_per_second', 0, w)} "
@@ -73,7 +71,7 @@ def bench_source(bench: dict, w: Words = ENGLISH) -> str:
 
 
 def _mean_ips(studies: dict, precision: str, label: str = TUTORIAL) -> float:
-    return _ms(seed_values(studies[label][f"single-{precision}"], "images_per_second"))[0]
+    return stats.mean_std(seed_values(studies[label][f"single-{precision}"], "images_per_second"))[0]
 
 
 def _where_time_goes(studies: dict, bench: dict | None, w: Words) -> str:
@@ -155,7 +153,7 @@ def claim2(studies: dict, bench: dict | None, w: Words = ENGLISH) -> str:
         source = bench_source(bench, w)
         lines += ["", w("c2.ceiling", source=source, gs=f"{g:.3f}", ac=f"{a:.3f}", diff=f"{g - a:.3f}")]
     lines += ["", w("c2.why", profile=_scaler_profile(bench, w)), ""]
-    slower = {label: r < 1 and not math.isnan(p) and p < ALPHA for label, (r, p) in vs_fp32.items()}
+    slower = {label: r < 1 and not math.isnan(p) and p < stats.ALPHA for label, (r, p) in vs_fp32.items()}
     why = w.list(w("c2.why_item", ratio=f"{vs_fp32[label][0]:.2f}", label=w.name(label)) for label in studies)
     if slower[TUTORIAL] and slower[PROJECT]:
         v = verdict(2, "holds", w("c2.both", why=why), w)

@@ -31,16 +31,13 @@ from ampbench.timing import StageClock
 from ampbench.tracking import train_runs
 from ampbench.tracking.tracker import EpochHooks, Tracker
 from ampbench.training import build, loader, loop, parallel, precision, progress
+from ampbench.variants import variant_name
 
 log = logging.getLogger(__name__)
 
 
 class ResumeError(RuntimeError):
     """A checkpoint exists for a different configuration."""
-
-
-def variant_name(parallel_name: str, precision_name: str) -> str:
-    return f"{parallel_name}-{precision_name}"
 
 
 def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:

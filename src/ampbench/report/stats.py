@@ -1,0 +1,28 @@
+"""The statistics every report shares: mean and spread over seeds, Welch's t-test between two sets.
+
+One place, so the comparison, the claims and the savings agree on what "mean ± std" and
+"significant" mean (n - 1 in the std; no p-value from fewer than two seeds a side).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from scipy import stats
+
+ALPHA = 0.05  # a difference is significant when Welch's p is below this
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample std (0.0 for one value); (nan, nan) for none."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def welch_p(a: list[float], b: list[float]) -> float:
+    """Welch's t-test p-value; nan when either side has < 2 seeds or no variance at all."""
+    if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
+        return math.nan
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
