@@ -37,6 +37,7 @@ import yaml
 from ampbench import config
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
+from ampbench.seed_result import CARRIED, SeedResult
 from ampbench.stages import launch
 from ampbench.training import loop, parallel, precision
 from conftest import (
@@ -65,6 +66,7 @@ SEED0 = Path("models/single-fp32/seed-0")  # the published model.pt of a finishe
 WORK = Path("checkpoints/single-fp32")  # the stage's work in progress (no DVC output)
 WORK0 = WORK / "seed-0"  # checkpoint.pt, run.json, model.pt of a seed in progress
 DDP_WORK0 = Path("checkpoints/ddp-fp32/seed-0")
+NOTHING_MEASURED = SeedResult.from_dict(dict.fromkeys(CARRIED))  # a model file's result, all None
 
 TEST_HOOK = '''
 """Test-only hooks (tests/test_reliability.py), active only when their variable is set.
@@ -346,22 +348,22 @@ def _seed_job(tmp_path: Path, stop=lambda: False, **train) -> loop.Job:
 
 def test_checkpoint_every_s_zero_saves_every_epoch_end_and_the_default_none_in_a_short_seed(tmp_path):
     out = loop.train_seed(_seed_job(tmp_path, checkpoint_every_s=0.0))
-    assert out["result"]["checkpoints_written"] == 2  # epochs 1 and 2: the last one is model.pt's
-    assert out["result"]["checkpoint_seconds"] > 0
+    assert out["result"].checkpoints_written == 2  # epochs 1 and 2: the last one is model.pt's
+    assert out["result"].checkpoint_seconds > 0
     saved = SeedCheckpoint.load(tmp_path / "checkpoint.pt")
     assert (saved.epoch, saved.step, saved.stats, len(saved.history)) == (2, 0, None, 2)
     (tmp_path / "checkpoint.pt").unlink()
     default = config.load_config(REPO / "params.yaml").train.checkpoint_every_s
     assert default == 60  # a seed that trains in seconds (an H200's) writes none
     out = loop.train_seed(_seed_job(tmp_path, checkpoint_every_s=default))
-    assert out["result"]["checkpoints_written"] == 0 and not (tmp_path / "checkpoint.pt").exists()
+    assert out["result"].checkpoints_written == 0 and not (tmp_path / "checkpoint.pt").exists()
 
 
 def test_timed_saves_mid_epoch_change_nothing_and_a_crash_resumes_exactly(tmp_path, one_thread):
     """checkpoint_every_s: 1e-9 saves at every step boundary; a crash resumes from the last one."""
     reference = loop.train_seed(_seed_job(tmp_path / "reference", checkpoint_every_s=1e9))
     timed = loop.train_seed(_seed_job(tmp_path / "timed", checkpoint_every_s=1e-9))
-    assert timed["result"]["checkpoints_written"] == 3 * 2 + 2  # steps 1-2 of each epoch, 2 ends
+    assert timed["result"].checkpoints_written == 3 * 2 + 2  # steps 1-2 of each epoch, 2 ends
     _assert_same_weights(timed["state_dict"], reference["state_dict"])
 
     with pytest.raises(RuntimeError, match="crash"):
@@ -644,7 +646,7 @@ def _train_in_process(tmp_path: Path, precision_name: str, **train) -> tuple[dic
     )
     hooks = _Recorder()
     out = loop.train_seed(job, hooks)
-    return out["result"], hooks.metrics
+    return out["result"].to_dict(), hooks.metrics
 
 
 def test_nonfinite_loss_is_divergence(tmp_path, one_thread):
@@ -748,7 +750,7 @@ def test_files_of_another_format_or_kind_or_lacking_fields_are_refused_with_the_
     assert str(ckpt) in message and "older ampbench (checkpoint format 1" in message and "--fresh" in message
 
     model_pt = ckpt.with_name("model.pt")
-    model = ModelFile({}, {}, "single-fp32", 0, "r", "v", "d", [], {}, [], None)
+    model = ModelFile({}, {}, "single-fp32", 0, "r", "v", "d", [], NOTHING_MEASURED, [], None)
     model.save(model_pt)
     assert ModelFile.load(model_pt) == model
     assert model.matches("d", "single-fp32") and not model.matches("d", "single-autocast")
@@ -803,7 +805,6 @@ def _fake_model(
     project: Path, variant: str, seed: int, run_id: str = "0" * 32, weights_fc_dim: int = 32
 ) -> ModelFile:
     """A model.pt as training writes it (no training needed), weights from an AlexNet of `weights_fc_dim`."""
-    from ampbench.stages.evaluate import TRAIN_KEYS
     from ampbench.training.model import AlexNet
 
     cfg = config.load_config(project / "params.yaml")
@@ -817,7 +818,7 @@ def _fake_model(
         variant_run_id=None,  # no variant run: evaluate logs no aggregates
         config_digest=cfg.digest(),
         classes=list(make_dataset()["classes"]),
-        result=dict.fromkeys(TRAIN_KEYS),
+        result=NOTHING_MEASURED,
         history=[{"epoch": 1}],
         pending_metrics=None,
     )

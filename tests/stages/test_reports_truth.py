@@ -14,6 +14,7 @@ import pytest
 
 from ampbench import outputs
 from ampbench.report import mixed
+from ampbench.seed_result import CARRIED, SeedResult
 from conftest import CLASSES, run_cli, venv_env
 
 PAIR = ("single-fp32", "single-autocast")
@@ -115,7 +116,6 @@ def test_a_killed_stages_staging_folder_is_removed_by_the_next(tmp_path):
 def _model_file(project: Path, variant: str, run_id: str):
     from ampbench import config
     from ampbench.checkpoints.state import ModelFile
-    from ampbench.stages.evaluate import TRAIN_KEYS
     from ampbench.training.model import AlexNet
 
     cfg = config.load_config(project / "params.yaml")
@@ -128,7 +128,7 @@ def _model_file(project: Path, variant: str, run_id: str):
         variant_run_id=None,
         config_digest=cfg.digest(),
         classes=list(CLASSES),
-        result=dict.fromkeys(TRAIN_KEYS),
+        result=SeedResult.from_dict(dict.fromkeys(CARRIED)),  # nothing measured
         history=[{"epoch": 1}],
         pending_metrics=None,
     )

@@ -47,8 +47,8 @@ def test_compiled_training_equals_eager_compiles_once_and_resumes(tmp_path):
     assert losses[0][0] == pytest.approx(losses[0][1], rel=1e-5), losses
     assert all(c == pytest.approx(e, rel=5e-3) for c, e in losses), losses
     result = compiled["result"]
-    assert (result["compile"], result["recompiles"]) == ("default", 0)
-    assert result["compile_seconds"] > 0 and "compile_seconds" not in eager["result"]
+    assert (result.compile, result.recompiles) == ("default", 0)
+    assert result.compile_seconds > 0 and eager["result"].compile_seconds is None
 
     folder = tmp_path / "crashed"
     with pytest.raises(RuntimeError, match="crash"):
@@ -57,7 +57,7 @@ def test_compiled_training_equals_eager_compiles_once_and_resumes(tmp_path):
     assert (saved.epoch, saved.step) == (1, 1)
     resumed = loop.train_seed(_job(folder, compile="default"), resume=saved)
     assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
-    assert resumed["result"]["recompiles"] == 0
+    assert resumed["result"].recompiles == 0
     _close(resumed["state_dict"], compiled["state_dict"])  # the same compiled kernels: as if never stopped
 
 

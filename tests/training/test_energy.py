@@ -55,7 +55,7 @@ def test_a_seed_without_an_energy_counter_records_no_energy(tmp_path):
     assert meter.joules() is None and not meter.available
     out = loop.train_seed(_job(tmp_path, checkpoint_every_s=60.0))
     assert all("epoch_joules" not in h for h in out["history"]), out["history"]
-    assert "train_joules" not in out["result"] and "images_per_joule" not in out["result"]
+    assert out["result"].train_joules is None and out["result"].images_per_joule is None
 
 
 def test_seed_energy_covers_the_timed_training_and_not_its_saves(tmp_path, monkeypatch):
@@ -63,11 +63,11 @@ def test_seed_energy_covers_the_timed_training_and_not_its_saves(tmp_path, monke
     # a save after every step: a joule counted during a save would break 100 W x epoch_seconds
     out = loop.train_seed(_job(tmp_path, checkpoint_every_s=1e-9))
     hist, result = out["history"], out["result"]
-    assert result["checkpoints_written"] >= 4, result  # precondition: saves happened mid-epoch
+    assert result.checkpoints_written >= 4, result  # precondition: saves happened mid-epoch
     _assert_100_watts(hist)
-    assert result["train_joules"] == pytest.approx(sum(h["epoch_joules"] for h in hist))
+    assert result.train_joules == pytest.approx(sum(h["epoch_joules"] for h in hist))
     images = sum(h["epoch_images_per_second"] * h["epoch_seconds"] for h in hist)
-    assert result["images_per_joule"] == pytest.approx(images / result["train_joules"])
+    assert result.images_per_joule == pytest.approx(images / result.train_joules)
 
 
 def test_a_resumed_epoch_counts_the_energy_of_its_first_part(tmp_path, monkeypatch):

@@ -130,8 +130,8 @@ def test_custom_model_trains_a_seed_in_every_precision_kind(tmp_path):
             cfg, precision.REGISTRY[name], parallel.Single(), make_dataset(), 0, tmp_path / f"{name}.pt"
         )
         out = loop.train_seed(job)
-        assert out["result"]["epochs_completed"] == 2 and "net.5.weight" in out["state_dict"]
-        assert out["result"]["replica_dtypes"] == ("cpu=float32" if name == "fp32" else "cpu=bfloat16")
+        assert out["result"].epochs_completed == 2 and "net.5.weight" in out["state_dict"]
+        assert out["result"].replica_dtypes == ("cpu=float32" if name == "fp32" else "cpu=bfloat16")
 
 
 def test_model_is_built_only_in_the_factory():

@@ -60,7 +60,7 @@ def test_no_metrics_send_overlaps_a_timed_epoch(tmp_path):
     assert hooks.close()
     assert store.sends == 3, "every epoch's metrics reached the store"
     assert store.inside == 0, "a send ran while an epoch was timed"
-    assert result["disturbed_epochs"] == 0
+    assert result.disturbed_epochs == 0
 
 
 def test_a_timed_epoch_runs_no_tracking_logging_or_nvml_code(tmp_path):
@@ -106,7 +106,7 @@ def test_a_slow_send_is_waited_for_at_most_the_hold_timeout_and_counted(tmp_path
     hooks = EpochHooks(StuckStore(), "run", send_every_s=0.0)
     result = loop.train_seed(_job(tmp_path), hooks)["result"]
     hooks.close()
-    assert result["disturbed_epochs"] >= 1  # said, not hidden: the self-check reports it
+    assert result.disturbed_epochs >= 1  # said, not hidden: the self-check reports it
 
 
 def test_the_cyclic_collector_is_off_inside_and_restored_after():

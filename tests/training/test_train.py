@@ -484,7 +484,7 @@ def test_short_runs_get_a_valid_schedule_or_a_clear_error(tmp_path):
     job = loop.Job(
         cfg, precision.REGISTRY["fp32"], parallel.Single(), make_dataset(), 0, tmp_path / "checkpoint.pt"
     )
-    assert loop.train_seed(job)["result"]["epochs_completed"] == 1
+    assert loop.train_seed(job)["result"].epochs_completed == 1
     job.cfg = _tiny_cfg(epochs=1, batch_size=20)
     with pytest.raises(ValueError, match="only 3 training steps .* needs at least 4"):
         loop.train_seed(job)

@@ -18,6 +18,7 @@ from typing import ClassVar, Self
 import torch
 
 from ampbench.checkpoints import files
+from ampbench.seed_result import SeedResult
 
 
 class _SavedFile:
@@ -48,7 +49,16 @@ class _SavedFile:
         problem = cls._problem(raw)
         if problem:
             raise files.CheckpointError(f"{path} {problem}; {cls._fix(path)}")
-        return cls(**{f.name: raw[f.name] for f in fields(cls)})
+        try:
+            values = cls._decode({f.name: raw[f.name] for f in fields(cls)})
+        except (TypeError, AttributeError) as err:  # e.g. a result without train_seconds
+            raise files.CheckpointError(f"{path} holds a damaged field ({err}); {cls._fix(path)}") from None
+        return cls(**values)
+
+    @classmethod
+    def _decode(cls, values: dict) -> dict:
+        """The fields as read from disk, turned into their in-memory types (a kind may override)."""
+        return values
 
     @classmethod
     def _problem(cls, raw: object) -> str | None:
@@ -160,12 +170,20 @@ class ModelFile(_SavedFile):
     """Config.digest of `config`: a re-run of the same stage skips a seed that has one."""
     classes: list[str]
     """Class names, in label order (the model's output order)."""
-    result: dict
-    """The seed's training result: speed, memory, divergence, the seconds by part, facts."""
+    result: SeedResult
+    """The seed's training result: speed, memory, divergence, the seconds by part, facts (on disk
+    the flat dict ``SeedResult.to_dict`` gives, as files written before the type hold it)."""
     history: list[dict]
     """One record per trained epoch (step.epoch_metrics, plus test_accuracy)."""
     pending_metrics: list | None
     """Epoch metrics the tracking store had not taken when training ended: a re-run sends them."""
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "result": self.result.to_dict()}
+
+    @classmethod
+    def _decode(cls, values: dict) -> dict:
+        return {**values, "result": SeedResult.from_dict(values["result"])}
 
     @classmethod
     def _fix(cls, path: Path) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ampbench.report import selfcheck, stats
 from ampbench.report.chart import chart, energy_measured
+from ampbench.seed_result import SUMMARISED
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +62,6 @@ COLUMNS = (
     "noisy",
 )
 
-# Per-seed measurements summarised as mean and std (train_joules, images_per_joule: NVML, may be absent).
-MEASURED = (
-    "test_accuracy",
-    "train_seconds",
-    "images_per_second",
-    "peak_memory_mb",
-    "train_joules",
-    "images_per_joule",
-)
-
 
 def summarize(records: dict[str, dict]) -> list[dict]:
     """One row per variant from the per-variant metrics files (``{variant: summary}``)."""
@@ -83,7 +74,7 @@ def summarize(records: dict[str, dict]) -> list[dict]:
     for variant, rec in records.items():
         seeds = rec["seeds"]
         row = {"variant": variant, "seeds": len(seeds), "diverged": sum(bool(s["diverged"]) for s in seeds)}
-        for key in MEASURED:
+        for key in SUMMARISED:
             values = [s.get(key) for s in seeds]  # energy: None on a seed without NVML's counter
             measured = [] if None in values else [float(v) for v in values]
             row[f"{key}_mean"], row[f"{key}_std"] = stats.mean_std(measured)

@@ -32,28 +32,6 @@ from ampbench.training.measure import predict
 
 log = logging.getLogger(__name__)
 
-# Training results carried from model.pt into the metrics file (what `compare` summarises).
-TRAIN_KEYS = (
-    "train_seconds",
-    "first_epoch_seconds",
-    "images_per_second",
-    "peak_memory_mb",
-    "peak_reserved_mb",
-    "warmup_peak_memory_mb",
-    "epoch_cv",
-    "disturbed_epochs",
-    "train_joules",
-    "images_per_joule",
-    "diverged",
-    "devices_used",
-    "world_size",
-    "device_name",
-    "amp_dtype",
-    "cuda_graph_used",
-    "epochs_completed",
-    "replica_dtypes",
-    "autocast_placement",
-)
 # Settings carried from model.pt's config into the metrics file, so a report made from it
 # (`ampbench findings`) states the conditions it measured without trusting today's params.yaml.
 CONFIG_KEYS = (
@@ -95,15 +73,15 @@ def _build_model(saved: ModelFile, path: Path) -> torch.nn.Module:
     return model
 
 
-def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """The model, ready to predict, and the file's fields (ModelFile.to_dict: format, kind, fields).
+def load_model(path: Path, precision_name: str, device: torch.device) -> tuple[torch.nn.Module, ModelFile]:
+    """The model, ready to predict, and the file it came from.
 
     A file that is not a plain-weights ModelFile of this format raises CheckpointError."""
     saved = ModelFile.load(path)
     model = _build_model(saved, path)
     model.to(device)
     run = precision.REGISTRY[precision_name].setup(model, device)  # sets TF32 as the variant trained
-    return run.wrap(model), saved.to_dict()
+    return run.wrap(model), saved
 
 
 def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], dict]:
@@ -170,7 +148,7 @@ def evaluate_variant(
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
         clock.mark("load")
-        flip = saved["config"]["train"]["eval_flip"]
+        flip = saved.config["train"]["eval_flip"]
         preds = predict(model, images, flip).cpu()
         clock.mark("predict")
         scored = scores(labels.numpy(), preds.numpy(), classes)
@@ -178,9 +156,9 @@ def evaluate_variant(
         if tracker is not None:
             scorer = Scorer(model, flip)
             _log_seed(tracker, log_model, data_ref, clock, path, saved, scorer, images[:2], scored, classes)
-            variant_runs.add(saved.get("variant_run_id"))
+            variant_runs.add(saved.variant_run_id)
         per_seed.append(_seed_row(seed, saved, scored[0]))
-        curves += [{"seed": seed, **h} for h in saved["history"]]
+        curves += [{"seed": seed, **h} for h in saved.history]
         pairs = zip(labels.tolist(), preds.tolist())  # DVC confusion template: a row per sample, first seed
         confusion_rows = confusion_rows or [{"actual": classes[a], "predicted": classes[p]} for a, p in pairs]
     summary = {"variant": variant, **evaluate_runs.aggregates(per_seed), "seeds": per_seed}
@@ -190,13 +168,15 @@ def evaluate_variant(
     return summary
 
 
-def _log_seed(tracker, mode: str, data_ref, clock, path: Path, saved: dict, scorer, example, scored, classes):
+def _log_seed(
+    tracker, mode: str, data_ref, clock, path: Path, saved: ModelFile, scorer, example, scored, classes
+):
     """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data."""
-    run_id, variant, seed = saved["run_id"], saved["variant"], saved["seed"]
+    run_id, variant, seed = saved.run_id, saved.variant, saved.seed
     model_id = _log_model(tracker, run_id, mode, f"{variant}-seed-{seed}", path, saved, scorer, example)
     clock.mark("model_logging")
     metrics, cm, report = scored
-    step = len(saved["history"])  # the last epoch's: no extra point at step 0 on the per-epoch curves
+    step = len(saved.history)  # the last epoch's: no extra point at step 0 on the per-epoch curves
     evaluate_runs.log_to_run(
         tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id
     )
@@ -205,16 +185,16 @@ def _log_seed(tracker, mode: str, data_ref, clock, path: Path, saved: dict, scor
     clock.mark("logging")
 
 
-def _seed_row(seed: int, saved: dict, metrics: dict) -> dict:
+def _seed_row(seed: int, saved: ModelFile, metrics: dict) -> dict:
     """One seed's line of the metrics file: its scores, training results and settings."""
     return {
         "seed": seed,
-        "run_id": saved["run_id"],
-        "variant_run_id": saved.get("variant_run_id"),
-        "config_digest": saved.get("config_digest"),  # compare: one study, one configuration
+        "run_id": saved.run_id,
+        "variant_run_id": saved.variant_run_id,
+        "config_digest": saved.config_digest,  # compare: one study, one configuration
         **metrics,
-        **{k: saved["result"].get(k) for k in TRAIN_KEYS},
-        **{k: _setting(saved["config"], k) for k in CONFIG_KEYS},
+        **saved.result.carried(),
+        **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
     }
 
 
@@ -231,15 +211,14 @@ def _log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves
         tracker.log_metrics(variant_run, times)
 
 
-def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: dict, scorer, example):
+def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: ModelFile, scorer, example):
     """``tracking.log_model``: the seed's MLflow model (its id), or None for none."""
     if mode == "reference":
-        result = saved["result"]
         facts = {
-            "variant": saved["variant"],
-            "seed": saved["seed"],
-            "amp_dtype": result.get("amp_dtype"),
-            "config_digest": saved.get("config_digest"),
+            "variant": saved.variant,
+            "seed": saved.seed,
+            "amp_dtype": saved.result.amp_dtype,
+            "config_digest": saved.config_digest,
         }
         return evaluate_runs.reference_model(tracker, run_id, name, path, facts)
     if mode == "export":
@@ -247,17 +226,17 @@ def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: di
     return None
 
 
-def _check_model_file(saved: dict, variant: str, seed: int, path: Path, tracker) -> None:
+def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tracker) -> None:
     """Refuse a model whose results would be filed wrongly: another variant/seed, or a foreign run."""
-    found = (saved.get("variant"), saved.get("seed"))
+    found = (saved.variant, saved.seed)
     if found != (variant, seed):  # e.g. copied from another variant's folder
         raise ModelFileError(
             f"{path} holds the model of {found[0]!r} seed {found[1]!r}, but this stage evaluates "
-            f"{variant!r} seed {seed}: its results (and MLflow run {saved.get('run_id')}) would be filed "
+            f"{variant!r} seed {seed}: its results (and MLflow run {saved.run_id}) would be filed "
             f"under the wrong variant. Put the right file back, or {_retrain_hint(path)}"
         )
     if tracker is not None:
-        _check_run_in_store(tracker, saved.get("run_id"), path)
+        _check_run_in_store(tracker, saved.run_id, path)
 
 
 def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:

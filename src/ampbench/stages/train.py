@@ -22,11 +22,13 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
 from ampbench.config import Config
 from ampbench.data import prepared
+from ampbench.seed_result import SeedResult
 from ampbench.timing import StageClock
 from ampbench.tracking import train_runs
 from ampbench.tracking.tracker import EpochHooks, Tracker
@@ -38,6 +40,14 @@ log = logging.getLogger(__name__)
 
 class ResumeError(RuntimeError):
     """A checkpoint exists for a different configuration."""
+
+
+class Trained(NamedTuple):
+    """One seed the stage trained (or found trained): its MLflow run and result."""
+
+    seed: int
+    run_id: str | None
+    result: SeedResult
 
 
 def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
@@ -94,7 +104,7 @@ def train_variant(
     stop=None,
     work_dir: Path = Path("checkpoints"),
     before_publish=None,
-) -> list[dict]:
+) -> list[Trained]:
     """Train every seed of one variant; return each seed's result (rank 0; others get []).
 
     ``before_publish`` (rank 0, once every seed is done): a last check that may refuse to publish."""
@@ -148,7 +158,7 @@ class _SeedPlan:
         return job
 
 
-def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_dir: Path) -> list[dict]:
+def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_dir: Path) -> list[Trained]:
     """Each seed in turn, then publish; the variant run ends FINISHED, KILLED or FAILED."""
     cfg, strategy = plan.cfg, plan.strategy
     monitor = train_runs.system_metrics(stage, stage.variant_run_id) if stage else None
@@ -163,7 +173,7 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
             plan.before_publish()  # e.g. params.yaml changed meanwhile: nothing is published
             _publish(plan.work, models_dir / variant, cfg.train.seeds)
             clock.mark("publish")
-            train_runs.log_breakdown(stage, clock, results)
+            train_runs.log_breakdown(stage, clock, [t.result for t in results])
     except BaseException as err:
         # A re-run resumes the variant run too (variant.json); until then it is not RUNNING.
         stopped = isinstance(err, (loop.Stopped, KeyboardInterrupt))
@@ -211,7 +221,9 @@ def _finished(job: loop.Job, variant: str, digest: str, fresh: bool) -> ModelFil
     return saved if saved.matches(digest, variant) else None
 
 
-def _train_one(job: loop.Job, variant: str, stage: train_runs.Stage | None, extra: dict, fresh: bool) -> dict:
+def _train_one(
+    job: loop.Job, variant: str, stage: train_runs.Stage | None, extra: dict, fresh: bool
+) -> Trained:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
     done = _finished(job, variant, digest, fresh)
@@ -220,7 +232,7 @@ def _train_one(job: loop.Job, variant: str, stage: train_runs.Stage | None, extr
         log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed, done.run_id)
         if main:
             train_runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
-        return {"seed": job.seed, "run_id": done.run_id, **done.result}
+        return Trained(job.seed, done.run_id, done.result)
     resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
     run_id = hooks = None
     if main:
@@ -256,7 +268,7 @@ def _train_one(job: loop.Job, variant: str, stage: train_runs.Stage | None, extr
         )
         saved.save(final)
         job.checkpoint_path.unlink(missing_ok=True)
-        out["result"]["model_save_seconds"] = time.perf_counter() - t0
-        train_runs.close_seed_run(stage, saved, final, out["result"])
+        out["result"].model_save_seconds = time.perf_counter() - t0  # in memory: the file is written
+        train_runs.close_seed_run(stage, saved, final)
     strategy.barrier()
-    return {"seed": job.seed, "run_id": run_id, **out["result"]}
+    return Trained(job.seed, run_id, out["result"])

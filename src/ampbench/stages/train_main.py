@@ -100,15 +100,15 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             work,
         )
         return 1
-    for r in results:
+    for seed, run_id, r in results:
         log.info(
             "seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",
-            r["seed"],
-            r["final_test_accuracy"],
-            r["images_per_second"],
-            r["train_seconds"],
-            r["diverged"],
-            r["run_id"],
+            seed,
+            r.final_test_accuracy,
+            r.images_per_second,
+            r.train_seconds,
+            r.diverged,
+            run_id,
         )
     return 0
 

@@ -12,24 +12,14 @@ from pathlib import Path
 
 import torch
 
-# Per-seed values a variant's run gets as mean and std, each only where every seed has it (energy:
-# NVML's counter may be absent; a mean of the rest would stand for seeds it never saw).
-AGGREGATE_KEYS = (
-    "test_accuracy",
-    "f1_macro",
-    "train_seconds",
-    "images_per_second",
-    "peak_memory_mb",
-    "train_joules",
-    "images_per_joule",
-)
+from ampbench.seed_result import SUMMARISED
 
 
 def aggregates(per_seed: list[dict]) -> dict:
-    """Mean and std over seeds of each AGGREGATE_KEYS value (None, std None, unless every seed has
-    it), and how many seeds diverged."""
+    """Mean and std over seeds of each seed_result.SUMMARISED value (None, std None, unless every
+    seed has it: energy, where NVML's counter may be absent), and how many seeds diverged."""
     out: dict = {}
-    for key in AGGREGATE_KEYS:
+    for key in SUMMARISED:
         values = [float(r[key]) for r in per_seed if r.get(key) is not None]
         complete = bool(values) and len(values) == len(per_seed)
         out[key] = statistics.fmean(values) if complete else None
@@ -50,9 +40,7 @@ def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> N
         means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
         tracker.log_metrics(run_id, means, step=epoch)
     last = max(by_epoch, default=0)
-    present = [
-        k for k in AGGREGATE_KEYS if summary.get(k) is not None and summary[k] == summary[k]
-    ]  # not NaN
+    present = [k for k in SUMMARISED if summary.get(k) is not None and summary[k] == summary[k]]  # not NaN
     values = {k: summary[k] for k in present}
     values.update({f"{k}_std": summary[f"{k}_std"] for k in present})
     values["diverged_runs"] = summary["diverged_runs"]

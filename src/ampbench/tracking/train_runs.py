@@ -17,6 +17,7 @@ import torch
 from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config
 from ampbench.data import prepared
+from ampbench.seed_result import TIME_PARTS, SeedResult
 from ampbench.timing import StageClock
 from ampbench.tracking import view
 from ampbench.tracking.tracker import (
@@ -32,9 +33,9 @@ from ampbench.training import loop
 log = logging.getLogger(__name__)
 
 
-def log_breakdown(stage: Stage, clock: StageClock, results: list[dict]) -> None:
+def log_breakdown(stage: Stage, clock: StageClock, results: list[SeedResult]) -> None:
     """The stage's seconds by part, on the variant run (time/*) and in the log."""
-    seeds = {k: sum(r.get(k, 0.0) for r in results) for k in SEED_TIMES}
+    seeds = {k: sum(getattr(r, k) or 0.0 for r in results) for k in TIME_PARTS}
     values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
     nan = float("nan")
     log.info(
@@ -52,17 +53,6 @@ def log_breakdown(stage: Stage, clock: StageClock, results: list[dict]) -> None:
         clock.parts["publish"],
     )
     stage.tracker.log_metrics(stage.variant_run_id, values)
-
-
-# Per-seed seconds by part (loop.SeedTraining and _train_one), summed per stage too.
-SEED_TIMES = (
-    "train_seconds",
-    "eval_seconds",
-    "checkpoint_seconds",
-    "logging_seconds",
-    "setup_seconds",
-    "model_save_seconds",
-)
 
 
 def end_variant_run(stage: Stage | None, status: str) -> None:
@@ -153,7 +143,7 @@ def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict
     return run_id
 
 
-def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | None = None) -> None:
+def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
 
     Idempotent: a re-run after a store outage calls it again for a seed it does not retrain.
@@ -164,30 +154,9 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path, timed: dict | No
     hooks = EpochHooks(tracker, run_id, saved.pending_metrics, background=False)
     try:
         hooks.flush()
-        facts = {k: v for k, v in result.items() if isinstance(v, (str, bool)) and k != "diverged"}
-        facts.update(devices_used=result["devices_used"], world_size=result["world_size"])
-        tracker.log_params(run_id, facts)
-        summary = {
-            k: result[k]
-            for k in (
-                "train_seconds",
-                "first_epoch_seconds",
-                "images_per_second",
-                "peak_memory_mb",
-                "epochs_completed",
-            )
-        }
-        summary["diverged"] = int(result["diverged"])
-        optional = (
-            *("compile_seconds", "recompiles", "train_joules", "images_per_joule"),
-            *("peak_reserved_mb", "warmup_peak_memory_mb", "epoch_cv", "disturbed_epochs"),
-        )
-        summary.update({k: result[k] for k in optional if k in result and result[k] == result[k]})
-        summary.update({f"time/{k}": v for k, v in (timed or result).items() if k in SEED_TIMES[1:]})
-        if result["diverged"]:
-            summary.update(diverged_epoch=result["diverged_epoch"], diverged_step=result["diverged_step"])
-        tracker.log_metrics(run_id, summary, step=len(saved.history))
-        tracker.set_tags(run_id, {"diverged": str(result["diverged"]).lower()})
+        tracker.log_params(run_id, result.params())
+        tracker.log_metrics(run_id, result.metrics(), step=len(saved.history))
+        tracker.set_tags(run_id, {"diverged": str(result.diverged).lower()})
         tracker.end(run_id, "FINISHED")
     except Exception as err:
         raise TrackingError(

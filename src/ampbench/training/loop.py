@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
+from ampbench.seed_result import SeedResult
 from ampbench.training import build, energy, factory, loader, measure
 from ampbench.training.model import DtypeProbe
 from ampbench.training.parallel import ParallelStrategy
@@ -70,7 +71,7 @@ class NullHooks:
 
 
 def train_seed(job: Job, hooks=None, resume: SeedCheckpoint | None = None, meta: dict | None = None) -> dict:
-    """Train one seed; return {"result", "history", "state_dict"}. Raises Stopped after a stop.
+    """Train one seed; return {"result": SeedResult, "history", "state_dict"}. Raises Stopped after a stop.
 
     ``resume``: the checkpoint to continue from. ``meta``: its ``config_digest``, ``variant`` and
     ``run_id``, written into every checkpoint. A failed checkpoint write raises CheckpointError.
@@ -291,7 +292,8 @@ class SeedTraining:
             **self.trainer.compiler.facts(),
             **self.step.graph_facts(),  # a model that could not be captured fell back to eager
         )
-        return {"result": self.result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
+        result = SeedResult.from_dict(self.result)
+        return {"result": result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
 
     def _replica_dtypes(self) -> str:
         if self.probe is None:
