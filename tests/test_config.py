@@ -270,13 +270,12 @@ def test_variant_names_match_the_registries():
 
 def test_expected_errors_name_classes_that_exist():
     """cli.py matches these errors by name (so it imports nothing); each name must still be a class."""
-    from ampbench.checkpoints import files
+    from ampbench.checkpoints import files, work
     from ampbench.data import prepared
-    from ampbench.stages import train
     from ampbench.tracking import tracker
     from ampbench.training import loop
 
-    for cls in (prepared.DataError, tracker.TrackingError, train.ResumeError, files.CheckpointError):
+    for cls in (prepared.DataError, tracker.TrackingError, work.ResumeError, files.CheckpointError):
         assert (cls.__module__.split(".")[0], cls.__name__) in cli.EXPECTED_ERRORS, cls
     assert (loop.Stopped.__module__.split(".")[0], loop.Stopped.__name__) == cli.STOPPED
 
@@ -285,7 +284,7 @@ def test_expected_errors_name_classes_that_exist():
     ("error", "code"),
     [
         ("ampbench.data.prepared:DataError", 1),
-        ("ampbench.stages.train:ResumeError", 1),
+        ("ampbench.checkpoints.work:ResumeError", 1),
         ("builtins:FileNotFoundError", 1),
         ("ampbench.training.loop:Stopped", 143),
         ("builtins:RuntimeError", None),  # unexpected: the traceback

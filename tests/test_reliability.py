@@ -770,14 +770,14 @@ def test_files_of_another_format_or_kind_or_lacking_fields_are_refused_with_the_
 def test_fresh_discards_a_checkpoint_that_cannot_be_resumed(tmp_path):
     """Without --fresh an old-format checkpoint stops the stage (its message says --fresh); with it,
     the checkpoint is discarded and the seed starts over."""
-    from ampbench.stages import train
+    from ampbench.checkpoints import work
 
     ckpt = tmp_path / "checkpoint.pt"
     files.save({"epoch": 1, "run_id": "x", "config_digest": "d", "variant": "single-fp32"}, ckpt)
     with pytest.raises(files.CheckpointError, match="--fresh"):
-        train._load_resume(ckpt, "d", "single-fp32", False, parallel.Single())
+        work.load_resume(ckpt, "d", "single-fp32", False, parallel.Single())
     assert ckpt.exists()
-    assert train._load_resume(ckpt, "d", "single-fp32", True, parallel.Single()) is None
+    assert work.load_resume(ckpt, "d", "single-fp32", True, parallel.Single()) is None
     assert not ckpt.exists()
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 from pathlib import Path
 
 import torch
@@ -29,8 +28,6 @@ from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
-
-log = logging.getLogger(__name__)
 
 # Settings carried from model.pt's config into the metrics file, so a report made from it
 # (`ampbench findings`) states the conditions it measured without trusting today's params.yaml.
@@ -155,7 +152,9 @@ def evaluate_variant(
         clock.mark("scores")
         if tracker is not None:
             scorer = Scorer(model, flip)
-            _log_seed(tracker, log_model, data_ref, clock, path, saved, scorer, images[:2], scored, classes)
+            evaluate_runs.log_seed(
+                tracker, log_model, data_ref, clock, path, saved, scorer, images[:2], scored, classes
+            )
             variant_runs.add(saved.variant_run_id)
         per_seed.append(_seed_row(seed, saved, scored[0]))
         curves += [{"seed": seed, **h} for h in saved.history]
@@ -164,25 +163,8 @@ def evaluate_variant(
     summary = {"variant": variant, **evaluate_runs.aggregates(per_seed), "seeds": per_seed}
     _write(reports_dir, variant, summary, curves, confusion_rows)
     clock.mark("reports")
-    _log_variant(tracker, variant, variant_runs - {None}, summary, curves, clock)
+    evaluate_runs.log_variant(tracker, variant, variant_runs - {None}, summary, curves, clock)
     return summary
-
-
-def _log_seed(
-    tracker, mode: str, data_ref, clock, path: Path, saved: ModelFile, scorer, example, scored, classes
-):
-    """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data."""
-    run_id, variant, seed = saved.run_id, saved.variant, saved.seed
-    model_id = _log_model(tracker, run_id, mode, f"{variant}-seed-{seed}", path, saved, scorer, example)
-    clock.mark("model_logging")
-    metrics, cm, report = scored
-    step = len(saved.history)  # the last epoch's: no extra point at step 0 on the per-epoch curves
-    evaluate_runs.log_to_run(
-        tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id
-    )
-    if data_ref:
-        tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation")
-    clock.mark("logging")
 
 
 def _seed_row(seed: int, saved: ModelFile, metrics: dict) -> dict:
@@ -196,34 +178,6 @@ def _seed_row(seed: int, saved: ModelFile, metrics: dict) -> dict:
         **saved.result.carried(),
         **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
     }
-
-
-def _log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves: list, clock) -> None:
-    """Into the variant's run: mean and std over seeds, the mean curves, this stage's time breakdown."""
-    for variant_run in variant_runs:
-        evaluate_runs.log_aggregates(tracker, variant_run, summary, curves)
-    clock.mark("logging")
-    times = clock.breakdown(prefix="evaluate_")
-    log.info(
-        "%s: evaluate stage %s", variant, ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in times.items())
-    )
-    for variant_run in variant_runs:
-        tracker.log_metrics(variant_run, times)
-
-
-def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: ModelFile, scorer, example):
-    """``tracking.log_model``: the seed's MLflow model (its id), or None for none."""
-    if mode == "reference":
-        facts = {
-            "variant": saved.variant,
-            "seed": saved.seed,
-            "amp_dtype": saved.result.amp_dtype,
-            "config_digest": saved.config_digest,
-        }
-        return evaluate_runs.reference_model(tracker, run_id, name, path, facts)
-    if mode == "export":
-        return evaluate_runs.export_model(tracker, run_id, name, scorer, example)
-    return None
 
 
 def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tracker) -> None:

@@ -18,28 +18,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ampbench.checkpoints import files
-from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
+from ampbench.checkpoints import work as work_folder
+from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config
 from ampbench.data import prepared
 from ampbench.seed_result import SeedResult
 from ampbench.timing import StageClock
 from ampbench.tracking import train_runs
-from ampbench.tracking.tracker import EpochHooks, Tracker
+from ampbench.tracking.tracker import Tracker
 from ampbench.training import build, loader, loop, parallel, precision, progress
 from ampbench.variants import variant_name
 
 log = logging.getLogger(__name__)
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint exists for a different configuration."""
 
 
 class Trained(NamedTuple):
@@ -48,50 +42,6 @@ class Trained(NamedTuple):
     seed: int
     run_id: str | None
     result: SeedResult
-
-
-def _load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
-    """The checkpoint to continue from, if any. ``fresh``: one that cannot be resumed (another
-    configuration, an older format, unreadable) is discarded; without it, that raises."""
-    state, problem = None, ""
-    if ckpt.exists():
-        try:
-            state = SeedCheckpoint.load(ckpt)
-        except files.CheckpointError as err:
-            if not fresh:
-                raise
-            problem = str(err)
-    strategy.barrier()  # every rank has read it before rank 0 may discard it
-    if state is None and not problem:
-        return None
-    if state is not None and state.matches(digest, variant):
-        return state
-    if not fresh:
-        raise _foreign(ckpt, state, variant, digest)
-    if strategy.is_main:
-        log.warning("discarding %s (%s): --fresh", ckpt, problem or "written by another configuration")
-        ckpt.unlink(missing_ok=True)
-    return None
-
-
-def _foreign(ckpt: Path, state: SeedCheckpoint, variant: str, digest: str) -> ResumeError:
-    return ResumeError(
-        f"{ckpt} was written by variant {state.variant!r} with config "
-        f"{state.config_digest}, but this run is {variant!r} with config {digest}. "
-        "Resuming would mix two experiments. Restore the old params to resume, or pass "
-        "--fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
-    )
-
-
-def _refuse_foreign_checkpoints(work: Path, cfg: Config, variant: str, fresh: bool) -> None:
-    """Before any run is created: a checkpoint of another configuration (or format) stops the stage."""
-    if fresh:
-        return
-    digest = cfg.digest()
-    for seed in cfg.train.seeds:
-        ckpt = work / f"seed-{seed}" / "checkpoint.pt"
-        if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
-            raise _foreign(ckpt, state, variant, digest)
 
 
 def train_variant(
@@ -120,7 +70,7 @@ def train_variant(
         loader.check_batch(cfg.train.batch_size, dataset)
         tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant
-        _refuse_foreign_checkpoints(work, cfg, variant, fresh)
+        work_folder.refuse_foreign(work, cfg.train.seeds, cfg.digest(), variant, fresh)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
         if strategy.is_main:
             tracker = Tracker.from_config(cfg)
@@ -171,7 +121,7 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
         prog.close()
         if strategy.is_main:
             plan.before_publish()  # e.g. params.yaml changed meanwhile: nothing is published
-            _publish(plan.work, models_dir / variant, cfg.train.seeds)
+            work_folder.publish(plan.work, models_dir / variant, cfg.train.seeds)
             clock.mark("publish")
             train_runs.log_breakdown(stage, clock, [t.result for t in results])
     except BaseException as err:
@@ -186,89 +136,55 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
     return results
 
 
-def _publish(work: Path, out: Path, seeds) -> None:
-    """Every seed is done: hard-link the models into the DVC output, then drop the work folder."""
-    staging = out.with_name(f".{out.name}.publishing")
-    shutil.rmtree(staging, ignore_errors=True)
-    for seed in seeds:
-        target = staging / f"seed-{seed}" / "model.pt"
-        target.parent.mkdir(parents=True)
-        try:
-            os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
-        except OSError:  # a filesystem without hard links
-            shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
-    shutil.rmtree(work)
-
-
-def _finished(job: loop.Job, variant: str, digest: str, fresh: bool) -> ModelFile | None:
-    """A seed this stage already trained (its model.pt in the work folder), else None.
-
-    One of another configuration is trained again (and replaced); an unreadable one or one of an
-    older format raises, unless ``fresh``.
-    """
-    final = job.checkpoint_path.with_name("model.pt")
-    if not final.exists():
-        return None
-    try:
-        saved = ModelFile.load(final)
-    except files.CheckpointError as err:
-        if not fresh:
-            raise
-        log.warning("%s: --fresh, training the seed again", err)
-        return None
-    return saved if saved.matches(digest, variant) else None
-
-
 def _train_one(
     job: loop.Job, variant: str, stage: train_runs.Stage | None, extra: dict, fresh: bool
 ) -> Trained:
     cfg, strategy, main = job.cfg, job.strategy, job.strategy.is_main
     digest = cfg.digest()
-    done = _finished(job, variant, digest, fresh)
+    done = work_folder.finished(job.checkpoint_path.with_name("model.pt"), variant, digest, fresh)
     strategy.barrier()  # every rank has decided before rank 0 may write anything
     if done:
         log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed, done.run_id)
         if main:
             train_runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return Trained(job.seed, done.run_id, done.result)
-    resume = _load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
-    run_id = hooks = None
-    if main:
-        run_id = resume.run_id if resume else train_runs.seed_run(stage, job, variant, digest, extra)
-        if resume:
-            stage.tracker.resume(run_id)
-        log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
-        hooks = EpochHooks(stage.tracker, run_id, resume.hooks if resume else None)
+    resume = work_folder.load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
+    run_id, hooks = (
+        train_runs.open_seed_run(stage, job, variant, digest, extra, resume) if main else (None, None)
+    )
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
     try:
         out = loop.train_seed(job, hooks, resume, meta)
     except BaseException as err:
         if main:
-            hooks.close()  # the epochs it has sent arrive before the run is ended
-            stage.tracker.end_quietly(run_id, "KILLED" if isinstance(err, loop.Stopped) else "FAILED")
+            train_runs.end_seed_run(
+                stage, run_id, hooks, "KILLED" if isinstance(err, loop.Stopped) else "FAILED"
+            )
         raise
     if main:
         hooks.close()  # the sender's last try; what it could not send stays pending (model.pt)
         t0 = time.perf_counter()
-        final = job.checkpoint_path.with_name("model.pt")
-        saved = ModelFile(
-            state_dict=out["state_dict"],
-            config=dataclasses.asdict(cfg),
-            variant=variant,
-            seed=job.seed,
-            run_id=run_id,
-            variant_run_id=stage.variant_run_id,
-            config_digest=digest,
-            classes=list(job.data["classes"]),
-            result=out["result"],
-            history=out["history"],
-            pending_metrics=hooks.state(),
-        )
-        saved.save(final)
+        saved = _model_file(job, out, variant, run_id, stage.variant_run_id, hooks.state())
+        saved.save(job.checkpoint_path.with_name("model.pt"))
         job.checkpoint_path.unlink(missing_ok=True)
         out["result"].model_save_seconds = time.perf_counter() - t0  # in memory: the file is written
-        train_runs.close_seed_run(stage, saved, final)
+        train_runs.close_seed_run(stage, saved, job.checkpoint_path.with_name("model.pt"))
     strategy.barrier()
     return Trained(job.seed, run_id, out["result"])
+
+
+def _model_file(job: loop.Job, out: dict, variant: str, run_id, variant_run_id, pending) -> ModelFile:
+    """What model.pt holds of a seed ``loop.train_seed`` trained (``out``)."""
+    return ModelFile(
+        state_dict=out["state_dict"],
+        config=dataclasses.asdict(job.cfg),
+        variant=variant,
+        seed=job.seed,
+        run_id=run_id,
+        variant_run_id=variant_run_id,
+        config_digest=job.cfg.digest(),
+        classes=list(job.data["classes"]),
+        result=out["result"],
+        history=out["history"],
+        pending_metrics=pending,
+    )

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
+from ampbench.checkpoints.state import ModelFile
 from ampbench.seed_result import SUMMARISED
+
+log = logging.getLogger(__name__)
 
 
 def aggregates(per_seed: list[dict]) -> dict:
@@ -149,3 +153,46 @@ def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Pat
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def log_seed(
+    tracker, mode: str, data_ref, clock, path: Path, saved: ModelFile, scorer, example, scored, classes
+):
+    """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data."""
+    run_id, variant, seed = saved.run_id, saved.variant, saved.seed
+    model_id = _log_model(tracker, run_id, mode, f"{variant}-seed-{seed}", path, saved, scorer, example)
+    clock.mark("model_logging")
+    metrics, cm, report = scored
+    step = len(saved.history)  # the last epoch's: no extra point at step 0 on the per-epoch curves
+    log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id)
+    if data_ref:
+        tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation")
+    clock.mark("logging")
+
+
+def log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves: list, clock) -> None:
+    """Into the variant's run: mean and std over seeds, the mean curves, this stage's time breakdown."""
+    for variant_run in variant_runs:
+        log_aggregates(tracker, variant_run, summary, curves)
+    clock.mark("logging")
+    times = clock.breakdown(prefix="evaluate_")
+    log.info(
+        "%s: evaluate stage %s", variant, ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in times.items())
+    )
+    for variant_run in variant_runs:
+        tracker.log_metrics(variant_run, times)
+
+
+def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: ModelFile, scorer, example):
+    """``tracking.log_model``: the seed's MLflow model (its id), or None for none."""
+    if mode == "reference":
+        facts = {
+            "variant": saved.variant,
+            "seed": saved.seed,
+            "amp_dtype": saved.result.amp_dtype,
+            "config_digest": saved.config_digest,
+        }
+        return reference_model(tracker, run_id, name, path, facts)
+    if mode == "export":
+        return export_model(tracker, run_id, name, scorer, example)
+    return None

@@ -143,6 +143,22 @@ def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict
     return run_id
 
 
+def open_seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict, resume):
+    """(run id, hooks): the seed's run (the checkpoint's, ``resume``, if any, else ``seed_run``'s)
+    and the EpochHooks that send its epochs."""
+    run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra)
+    if resume:
+        stage.tracker.resume(run_id)
+    log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
+    return run_id, EpochHooks(stage.tracker, run_id, resume.hooks if resume else None)
+
+
+def end_seed_run(stage: Stage, run_id: str, hooks: EpochHooks, status: str) -> None:
+    """A seed stopped (KILLED) or failed (FAILED): the epochs sent arrive before its run ends."""
+    hooks.close()
+    stage.tracker.end_quietly(run_id, status)
+
+
 def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     """Send what the store missed, the summary and the facts, then end the seed run FINISHED.
 

@@ -22,7 +22,7 @@ from torch import nn
 from ampbench.config import Config
 from ampbench.training import dp_autocast_outside, factory
 from ampbench.training.compiler import Compiler
-from ampbench.training.parallel import ParallelStrategy
+from ampbench.training.parallel import ParallelStrategy, Single
 from ampbench.training.precision import PrecisionRun, PrecisionStrategy
 from ampbench.training.step import Stats, Step
 
@@ -57,7 +57,7 @@ def _import_dynamo() -> None:
 class Trainer:
     """What one variant trains with: the model (raw and wrapped), optimizer, schedule, precision."""
 
-    raw_model: nn.Module  # what is saved and evaluated
+    raw_model: nn.Module  # what the strategy shards or replicates: its state only through `strategy`
     model: nn.Module  # wrapped by the precision, then the parallel strategy: what the step calls
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LRScheduler
@@ -66,20 +66,24 @@ class Trainer:
     use_graph: bool
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     compiler: Compiler = field(default_factory=lambda: Compiler("none"))
+    strategy: ParallelStrategy = field(default_factory=Single)  # owns the model's and optimizer's state
 
     def state(self) -> dict:
-        """What a checkpoint holds of the trainer (the loop adds its own position and history)."""
+        """What a checkpoint holds of the trainer (the loop adds its own position and history).
+        Every rank calls it: a sharded strategy gathers the full state (a collective)."""
         return {
-            "model": self.raw_model.state_dict(),
-            "optimizer": self.opt.state_dict(),
+            **self.strategy.state_dict(self.raw_model, self.opt),  # model, optimizer
             "scheduler": self.sched.state_dict(),
             "scaler": self.precision.state_dict(),  # the key older checkpoints hold
         }
 
+    def weights(self) -> dict:
+        """The model's full state_dict (every rank calls it; what model.pt holds)."""
+        return self.strategy.state_dict(self.raw_model)["model"]
+
     def load(self, saved: dict) -> None:
-        """Restore what ``state`` returned."""
-        self.raw_model.load_state_dict(saved["model"])
-        self.opt.load_state_dict(saved["optimizer"])
+        """Restore what ``state`` returned (every rank: a sharded strategy scatters it)."""
+        self.strategy.load_state_dict(self.raw_model, saved, self.opt)
         self.sched.load_state_dict(saved["scheduler"])
         self.precision.load_state_dict(saved["scaler"])
         if self.use_graph:  # a captured graph reads the learning rate from a device tensor
@@ -154,7 +158,7 @@ def setup(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, t.lr, total_steps=total_steps, pct_start=pct, cycle_momentum=False
     )
-    return Trainer(raw_model, model, opt, sched, run, facts, use_graph, device, compiler)
+    return Trainer(raw_model, model, opt, sched, run, facts, use_graph, device, compiler, strategy)
 
 
 def _compiler(mode: str, strategy: ParallelStrategy) -> Compiler:

@@ -5,11 +5,14 @@ DDP ranks agree on stopping every `train.stop_check_every` steps), ``evaluate`` 
 and ``end_epoch`` (divergence, the epoch's record, the checkpoint). Whatever happens, ``hooks``
 hears about it (rank 0 records it in MLflow).
 
-Rank 0 saves a ``SeedCheckpoint`` in the loop itself (atomically: ``checkpoints/files.py``) once
-`train.checkpoint_every_s` seconds passed since the seed started or last saved: at the next step
-boundary, or at an epoch end (0: at every epoch end). A crash loses at most that many seconds of
-training; a stop signal (SIGTERM, Ctrl-C) always saves. The time a save takes is the seed's
-``checkpoint_seconds``, and a save mid-epoch does not count as that epoch's training time.
+The loop saves a ``SeedCheckpoint`` itself once `train.checkpoint_every_s` seconds passed since
+the seed started or last saved (rank 0's clock): at the next step boundary (several processes: the
+next one where they agree on stopping), or at an epoch end (0: at every epoch end). A crash loses
+at most that many seconds of training; a stop signal (SIGTERM, Ctrl-C) always saves. Every rank
+takes the state from the parallel strategy (``strategy.state_dict``: a sharded one gathers it);
+rank 0 writes it (atomically: ``checkpoints/files.py``). The model is read, loaded and evaluated
+only through the strategy. The time a save takes is the seed's ``checkpoint_seconds``, and a save
+mid-epoch does not count as that epoch's training time.
 
 The timed part of an epoch (``measure.timed_region``) runs the steps alone: the metrics sender
 is held back, the cyclic collector is off, energy is read outside the clock, and the estimate's
@@ -35,7 +38,7 @@ from ampbench.config import Config
 from ampbench.seed_result import SeedResult
 from ampbench.training import build, energy, factory, loader, measure
 from ampbench.training.model import DtypeProbe
-from ampbench.training.parallel import ParallelStrategy
+from ampbench.training.parallel import ParallelStrategy, agree
 from ampbench.training.precision import PrecisionStrategy
 from ampbench.training.step import epoch_metrics
 
@@ -111,14 +114,8 @@ class SeedTraining:
         self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
             self.trainer.load(resume.trainer_state())
-            self.state.update(
-                epoch=resume.epoch,
-                step=resume.step,
-                history=resume.history,
-                stats=resume.stats,
-                elapsed=resume.elapsed,
-                joules=resume.joules,
-            )
+            for key in ("epoch", "step", "history", "stats", "elapsed", "joules"):
+                self.state[key] = getattr(resume, key)
             log.info(  # 1-based epoch, as the stop message counts it
                 "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"]
             )
@@ -173,19 +170,16 @@ class SeedTraining:
                     progress.report()
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
             check = self.strategy.world_size == 1 or (i + 1) % t.stop_check_every == 0 or i + 1 == n
-            if check and self.strategy.any(self.job.stop_requested()):
+            if not check:
+                continue
+            stop, due = agree(self.strategy, self.job.stop_requested(), i + 1 < n and self.save_due())
+            if stop:
                 seconds, joules = clock.read()  # every rank is here: their joules summed
                 self.save(epoch, i + 1, stats.snapshot(), seconds, self._all_joules(joules))
                 raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
-            if i + 1 < n and self.save_due_mid_epoch():  # the epoch end decides for itself
-                with clock.pause() as (seconds, joules):  # rank 0 alone: the others' joules unknown
-                    self.save(
-                        epoch,
-                        i + 1,
-                        stats.snapshot(),
-                        seconds,
-                        joules if self.strategy.world_size == 1 else None,
-                    )
+            if due:  # mid-epoch: the epoch end decides for itself
+                with clock.pause() as (seconds, joules):
+                    self.save(epoch, i + 1, stats.snapshot(), seconds, self._all_joules(joules))
         return clock.read()
 
     def _before(self, resumed: bool) -> tuple[float, float | None]:
@@ -208,16 +202,17 @@ class SeedTraining:
         if not (t.eval_each_epoch or epoch == t.epochs - 1):
             return {}
         t0 = time.perf_counter()
-        acc = measure.accuracy(self.trainer.raw_model, *self.test, t.eval_flip)
+        acc = measure.accuracy(self.strategy.unwrap(self.trainer.raw_model), *self.test, t.eval_flip)
         self.times["eval_seconds"] += time.perf_counter() - t0
         return {"test_accuracy": acc}
 
     def end_epoch(self, epoch: int, metrics: dict) -> bool:
         """Divergence check, the epoch's record and checkpoint; True when training must stop."""
         t, totals = self.cfg.train, self.totals
-        params = self.trainer.raw_model.parameters()
-        weights_ok = bool(torch.stack([p.isfinite().all() for p in params]).all())
-        diverged = not weights_ok or self.trainer.precision.diverged(totals.nonfinite, t.scale_floor)
+        params = self.trainer.raw_model.parameters()  # this rank's (a shard, where sharded)
+        weights_bad = not bool(torch.stack([p.isfinite().all() for p in params]).all())
+        scale_bad = self.trainer.precision.diverged(totals.nonfinite, t.scale_floor)
+        diverged, save_due = agree(self.strategy, weights_bad or scale_bad, self.save_due())
         self.state["history"].append({"epoch": epoch + 1, **metrics})
         if diverged:
             at = int(totals.first_bad) if totals.first_bad >= 0 else len(self.batches) - 1
@@ -229,13 +224,13 @@ class SeedTraining:
         self.hooks.on_epoch(epoch + 1, metrics)
         self.times["logging_seconds"] += time.perf_counter() - t0
         last = epoch + 1 == t.epochs or diverged  # train.py writes model.pt next
-        if not last and time.perf_counter() - self.last_save >= t.checkpoint_every_s:  # 0: always
+        if not last and (save_due or not t.checkpoint_every_s):  # 0: always
             self.save(epoch + 1, 0, None)
         if self.job.progress:
             self.job.progress.epoch_done(self.device)
         return diverged
 
-    def save_due_mid_epoch(self) -> bool:
+    def save_due(self) -> bool:
         """Rank 0, `train.checkpoint_every_s` > 0, and that many seconds since the last save."""
         every = self.cfg.train.checkpoint_every_s
         return bool(every) and self.strategy.is_main and time.perf_counter() - self.last_save >= every
@@ -243,15 +238,17 @@ class SeedTraining:
     def save(
         self, epoch: int, step_in_epoch: int, partial, elapsed: float = 0.0, joules: float | None = 0.0
     ) -> None:
-        """Checkpoint (rank 0), atomically, before training goes on; raises CheckpointError.
+        """Checkpoint, before training goes on: every rank takes the state from the strategy,
+        rank 0 writes it atomically; raises CheckpointError.
 
         (epoch, step_in_epoch): where a resume continues; `partial`: the partial epoch's
         statistics (None at an epoch end); `elapsed`, `joules`: its training seconds and the
         joules of every process's GPUs so far (None: unknown).
         """
+        t0 = time.perf_counter()
+        trainer_state = self.trainer.state()  # every rank: a sharded strategy gathers it
         if not self.strategy.is_main:
             return
-        t0 = time.perf_counter()
         # metrics the tracking store has not taken yet: a re-run sends them
         pending = self.hooks.state() if hasattr(self.hooks, "state") else None
         checkpoint = SeedCheckpoint(
@@ -261,7 +258,7 @@ class SeedTraining:
             elapsed=elapsed,
             joules=joules,
             history=self.state["history"],
-            **self.trainer.state(),
+            **trainer_state,
             rng_cpu=torch.get_rng_state(),
             seed=self.job.seed,
             hooks=pending,
@@ -293,7 +290,7 @@ class SeedTraining:
             **self.step.graph_facts(),  # a model that could not be captured fell back to eager
         )
         result = SeedResult.from_dict(self.result)
-        return {"result": result, "history": hist, "state_dict": self.trainer.raw_model.state_dict()}
+        return {"result": result, "history": hist, "state_dict": self.trainer.weights()}  # every rank
 
     def _replica_dtypes(self) -> str:
         if self.probe is None:

@@ -8,6 +8,13 @@ and reports the devices it really used, so no speed-up is claimed that did not h
 DDP processes are started by torchrun; see ``ampbench.stages.launch``. Adding one (FSDP, say) is a new
 class with the ``ParallelStrategy`` interface plus its entry in ``STRATEGIES``: the CLI, the
 config checks, DVC's matrix, bench and the loop take it from there and never test names.
+
+The strategy owns the state-dict boundary: the loop's checkpoints, its resume, the final weights
+in ``model.pt`` and its evaluation go through ``state_dict``, ``load_state_dict`` and ``unwrap``,
+never the module's own ``state_dict``. Every rank calls them (a sharded strategy gathers the
+full state there, a collective); rank 0 alone writes what they return. The three here hold a
+full copy on every rank, so theirs are plain; FSDP's would gather and scatter
+(``torch.distributed.checkpoint.state_dict``: full_state_dict, cpu_offload).
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ class ParallelStrategy(Protocol):
     @property
     def is_main(self) -> bool: ...  # the one process that logs, checkpoints and publishes
     def setup(self) -> torch.device: ...  # processes, process group, device
-    def wrap(self, model: nn.Module) -> nn.Module: ...  # the loop saves the unwrapped model
+    def wrap(self, model: nn.Module) -> nn.Module: ...  # what the training step calls
+    def unwrap(self, model: nn.Module) -> nn.Module: ...  # `model` callable outside the step
+    def state_dict(self, model: nn.Module, optimizer=None) -> dict: ...  # full state, every rank
+    def load_state_dict(self, model: nn.Module, state: dict, optimizer=None) -> None: ...  # every rank
     def capturable(self) -> bool: ...  # can the wrapped step be captured in a CUDA graph
     def compilable(self) -> bool: ...  # can the model be compiled (train.compile)
     def per_process_batch(self, global_batch: int) -> int: ...  # raises ValueError if it cannot
@@ -80,6 +90,27 @@ class Single:
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """`model` (what ``wrap`` was given, or a module inside it; or what ``wrap`` returned) as
+        it runs outside the training step on every rank: evaluation. Here the module itself."""
+        return _inner(model)
+
+    def state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
+        """The full state of `model` (what ``wrap`` was given, or a module inside it) and of
+        `optimizer`: {"model", "optimizer"}. Every rank calls it; rank 0 writes it."""
+        state = {"model": _inner(model).state_dict()}
+        if optimizer is not None:
+            state["optimizer"] = optimizer.state_dict()
+        return state
+
+    def load_state_dict(
+        self, model: nn.Module, state: dict, optimizer: torch.optim.Optimizer | None = None
+    ) -> None:
+        """Load what ``state_dict`` returned (full tensors) into `model` and `optimizer`, every rank."""
+        _inner(model).load_state_dict(state["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
 
     def capturable(self) -> bool:
         """Whether the wrapped training step can be captured in a CUDA graph."""
@@ -228,7 +259,20 @@ class Distributed(Single):
             dist.destroy_process_group()
 
 
+def _inner(model: nn.Module) -> nn.Module:
+    """The module inside a DataParallel or DDP wrapper; any other module as it is."""
+    return model.module if isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel) else model
+
+
 STRATEGIES: dict[str, type[ParallelStrategy]] = {s.name: s for s in (Single, DataParallel, Distributed)}
+
+
+def agree(strategy: ParallelStrategy, *flags: bool) -> list[bool]:
+    """Each flag, true if any rank's is: one collective for all of them (every rank calls it)."""
+    if strategy.world_size == 1:
+        return list(flags)
+    t = strategy.all_sum(torch.tensor([float(f) for f in flags], device=strategy.device))
+    return [bool(v) for v in t.tolist()]
 
 
 def make(name: str, collective_timeout_s: float = 300.0) -> ParallelStrategy:

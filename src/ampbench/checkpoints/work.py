@@ -1,0 +1,105 @@
+"""A train stage's work folder, ``checkpoints/<variant>/``: what a re-run resumes, what it skips,
+and publishing the finished models into the stage's DVC output.
+
+- ``load_resume``: the checkpoint a seed continues from; one of another configuration stops the
+  stage (``ResumeError``) unless ``--fresh`` discards it.
+- ``finished``: a seed already trained in this stage (its ``model.pt``), not trained again.
+- ``publish``: once every seed is done, hard-link the models into ``models/<variant>/`` and remove
+  the work folder, so a later run trains afresh.
+
+The strategy given to ``load_resume`` is the training's parallel strategy (its ``barrier`` and
+``is_main``): every rank reads the checkpoint before rank 0 may discard it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from ampbench.checkpoints import files
+from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
+
+log = logging.getLogger(__name__)
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint exists for a different configuration."""
+
+
+def load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
+    """The checkpoint to continue from, if any. ``fresh``: one that cannot be resumed (another
+    configuration, an older format, unreadable) is discarded; without it, that raises."""
+    state, problem = None, ""
+    if ckpt.exists():
+        try:
+            state = SeedCheckpoint.load(ckpt)
+        except files.CheckpointError as err:
+            if not fresh:
+                raise
+            problem = str(err)
+    strategy.barrier()  # every rank has read it before rank 0 may discard it
+    if state is None and not problem:
+        return None
+    if state is not None and state.matches(digest, variant):
+        return state
+    if not fresh:
+        raise _foreign(ckpt, state, variant, digest)
+    if strategy.is_main:
+        log.warning("discarding %s (%s): --fresh", ckpt, problem or "written by another configuration")
+        ckpt.unlink(missing_ok=True)
+    return None
+
+
+def _foreign(ckpt: Path, state: SeedCheckpoint, variant: str, digest: str) -> ResumeError:
+    return ResumeError(
+        f"{ckpt} was written by variant {state.variant!r} with config "
+        f"{state.config_digest}, but this run is {variant!r} with config {digest}. "
+        "Resuming would mix two experiments. Restore the old params to resume, or pass "
+        "--fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
+    )
+
+
+def refuse_foreign(work: Path, seeds, digest: str, variant: str, fresh: bool) -> None:
+    """Before any run is created: a checkpoint of another configuration (or format) stops the stage."""
+    if fresh:
+        return
+    for seed in seeds:
+        ckpt = work / f"seed-{seed}" / "checkpoint.pt"
+        if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
+            raise _foreign(ckpt, state, variant, digest)
+
+
+def publish(work: Path, out: Path, seeds) -> None:
+    """Every seed is done: hard-link the models into the DVC output, then drop the work folder."""
+    staging = out.with_name(f".{out.name}.publishing")
+    shutil.rmtree(staging, ignore_errors=True)
+    for seed in seeds:
+        target = staging / f"seed-{seed}" / "model.pt"
+        target.parent.mkdir(parents=True)
+        try:
+            os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
+        except OSError:  # a filesystem without hard links
+            shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    shutil.rmtree(work)
+
+
+def finished(final: Path, variant: str, digest: str, fresh: bool) -> ModelFile | None:
+    """A seed this stage already trained (its model.pt in the work folder), else None.
+
+    One of another configuration is trained again (and replaced); an unreadable one or one of an
+    older format raises, unless ``fresh``.
+    """
+    if not final.exists():
+        return None
+    try:
+        saved = ModelFile.load(final)
+    except files.CheckpointError as err:
+        if not fresh:
+            raise
+        log.warning("%s: --fresh, training the seed again", err)
+        return None
+    return saved if saved.matches(digest, variant) else None
