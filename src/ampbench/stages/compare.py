@@ -5,9 +5,8 @@
 
 Writes ``reports/comparison.{md,csv,png}`` and ``reports/summary.json`` from the evaluate stages'
 metrics files, and the answer in the shapes DVC's views read (report/answer.py: ``reports/answer/``
-for `dvc metrics show`, ``reports/views/`` for `dvc plots show`). Each variant's run gets its
-speed-up, accuracy delta and p-value (its row in the MLflow UI); a ``compare`` run holds the table
-and chart only.
+for `dvc metrics show`, ``reports/views/`` for `dvc plots show`), and logs them to MLflow
+(tracking/compare_runs.py).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from ampbench.paths import REPORTS_DIR
 from ampbench.variants import VARIANTS, study_variants
 
 OUTPUTS = ("comparison.md", "comparison.csv", "comparison.png", "summary.json")
-ROW_METRICS = ("speedup", "accuracy_delta", "p_value")
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -37,7 +35,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.report import answer, compare, mixed
-    from ampbench.tracking.tracker import KIND_TAG, Tracker
+    from ampbench.tracking import compare_runs
+    from ampbench.tracking.tracker import Tracker
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     variants = variants or study_variants(args.params)  # dvc.yaml's matrix
@@ -52,17 +51,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
         answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
     print((REPORTS_DIR / "comparison.md").read_text())
-    # The comparison's numbers go to each variant's run (its row in the UI); the compare run holds
-    # the table and chart only, so it adds no charts beside the training runs'.
-    for r in rows:
-        numbers = {k: r[k] for k in ROW_METRICS if isinstance(r[k], float) and r[k] == r[k]}  # not NaN
-        for run_id in r["variant_run_ids"]:
-            tracker.log_metrics(run_id, numbers)
-    run_id = tracker.start("compare", {KIND_TAG: "compare"}, {"variants": ",".join(variants)})
-    for name in OUTPUTS:
-        tracker.log_artifact(run_id, REPORTS_DIR / name)
-    tracker.publish_answer(rows, run_id, notice)  # tracking/view.py
-    tracker.end(run_id, "FINISHED")
+    compare_runs.log_comparison(tracker, rows, variants, [REPORTS_DIR / name for name in OUTPUTS], notice)
     print(f"Browse the runs: {tracker.link()}")
     if command := ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")

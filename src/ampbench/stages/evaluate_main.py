@@ -48,6 +48,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
     from ampbench.data import prepared
     from ampbench.stages import evaluate
+    from ampbench.tracking import evaluate_runs
     from ampbench.tracking.tracker import Tracker
 
     clock = StageClock()  # its start-up part: process start and the imports above
@@ -78,13 +79,5 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 summary["test_accuracy_std"],
                 len(summary["seeds"]),
             )
-            _log_to_launcher(tracker, summary)
+            evaluate_runs.log_to_launcher(tracker, summary)
     return 0
-
-
-def _log_to_launcher(tracker, summary: dict) -> None:
-    """Under `mlflow run`, the entry point's run gets the variant's summary too."""
-    launcher = tracker.launcher_run_id
-    if launcher and launcher not in {s.get("variant_run_id") for s in summary["seeds"]}:
-        keys = ("test_accuracy", "test_accuracy_std", "images_per_second", "train_seconds")
-        tracker.log_metrics(launcher, {k: summary[k] for k in keys})

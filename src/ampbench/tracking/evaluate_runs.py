@@ -196,3 +196,11 @@ def _log_model(tracker, run_id: str, mode: str, name: str, path: Path, saved: Mo
     if mode == "export":
         return export_model(tracker, run_id, name, scorer, example)
     return None
+
+
+def log_to_launcher(tracker, summary: dict) -> None:
+    """Under `mlflow run`, the entry point's run gets the variant's summary too."""
+    launcher = tracker.launcher_run_id
+    if launcher and launcher not in {s.get("variant_run_id") for s in summary["seeds"]}:
+        keys = ("test_accuracy", "test_accuracy_std", "images_per_second", "train_seconds")
+        tracker.log_metrics(launcher, {k: summary[k] for k in keys})
