@@ -4,6 +4,7 @@ and publishing the finished models into the stage's DVC output.
 - ``load_resume``: the checkpoint a seed continues from; one of another configuration stops the
   stage (``ResumeError``) unless ``--fresh`` discards it.
 - ``finished``: a seed already trained in this stage (its ``model.pt``), not trained again.
+- ``resume_hint``: the command a stopped stage's message gives to resume it.
 - ``publish``: once every seed is done, hard-link the models into ``models/<variant>/`` and remove
   the work folder, so a later run trains afresh.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -103,3 +105,13 @@ def finished(final: Path, variant: str, digest: str, fresh: bool) -> ModelFile |
         log.warning("%s: --fresh, training the seed again", err)
         return None
     return saved if saved.matches(digest, variant) else None
+
+
+def resume_hint(argv: list[str]) -> str:
+    """The exact command that resumes a stopped stage (a re-run finds the checkpoint): the one that
+    started the pipeline when it says so (`make run` sets AMPBENCH_RESUME_COMMAND), else this one."""
+    started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
+    if started_by:
+        return f"To resume: {started_by}"
+    command = shlex.join(["ampbench", *argv])
+    return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"

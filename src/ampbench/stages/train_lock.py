@@ -123,3 +123,13 @@ def join(work: Path, launcher: int) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def for_this_process(work: Path, variant: str):
+    """The lock this process trains under: its own, or (a DDP worker) its launcher's."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    if "RANK" in os.environ and launcher:
+        return join(work, int(launcher))
+    if os.environ.get("RANK", "0") == "0":  # a plain stage, or rank 0 under an outer torchrun
+        return hold(work, variant)
+    return contextlib.nullcontext()

@@ -10,10 +10,8 @@ this same command with RANK set; every other variant, and each DDP worker, train
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import shlex
 import signal
 
 from ampbench.cli import all_overrides
@@ -38,6 +36,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
+    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch
     from ampbench.training import parallel
 
@@ -53,25 +52,16 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         with train_lock.hold(work, variant):  # one trainer per variant; its workers join it
             os.environ[train_lock.LAUNCHER_ENV] = str(os.getpid())
             try:
-                return launch.torchrun(argv, cfg, work, resume_hint(argv))
+                return launch.torchrun(argv, cfg, work, work_folder.resume_hint(argv))
             finally:
                 del os.environ[train_lock.LAUNCHER_ENV]
-    with _trainer(work, variant):
+    with train_lock.for_this_process(work, variant):
         return _train_here(cfg, args, argv, work)
-
-
-def _trainer(work, variant: str):
-    """The lock this process trains under: its own, or (a DDP worker) its launcher's."""
-    launcher = os.environ.get(train_lock.LAUNCHER_ENV)
-    if "RANK" in os.environ and launcher:
-        return train_lock.join(work, int(launcher))
-    if os.environ.get("RANK", "0") == "0":  # a plain stage, or rank 0 under an outer torchrun
-        return train_lock.hold(work, variant)
-    return contextlib.nullcontext()
 
 
 def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     # Here, not in main: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
+    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch, train
     from ampbench.stages.params_watch import ParamsWatch
     from ampbench.stages.stop import StopFlag
@@ -85,7 +75,7 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
         )
     except loop.Stopped as stopped:
         if int(os.environ.get("RANK", "0")) == 0:
-            log.warning("%s in %s/. %s", stopped, work, resume_hint(argv))
+            log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
         return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
     except Exception as err:
         cause = peers.lost_peer(err)
@@ -111,13 +101,3 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             run_id,
         )
     return 0
-
-
-def resume_hint(argv: list[str]) -> str:
-    """The exact command that resumes a stopped stage (a re-run finds the checkpoint): the one that
-    started the pipeline when it says so (`make run` sets AMPBENCH_RESUME_COMMAND), else this one."""
-    started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
-    if started_by:
-        return f"To resume: {started_by}"
-    command = shlex.join(["ampbench", *argv])
-    return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"
