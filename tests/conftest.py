@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -383,3 +384,92 @@ def pytest_xdist_make_scheduler(config, log):
             return module if module in GROUPED_MODULES else nodeid
 
     return ByModule(config, log)
+
+
+# ------------------------------------------------------- the train stage, faulted and resumed
+SINGLE = ("train", "--parallel", "single", "--precision", "fp32")
+DDP = ("train", "--parallel", "ddp", "--precision", "fp32")
+SEED0 = Path("models/single-fp32/seed-0")  # the published model.pt of a finished stage
+WORK = Path("checkpoints/single-fp32")  # the stage's work in progress (no DVC output)
+WORK0 = WORK / "seed-0"  # checkpoint.pt, run.json, model.pt of a seed in progress
+DDP_WORK0 = Path("checkpoints/ddp-fp32/seed-0")
+
+# Fault injection: the code has no fault hook. Tests that need a worker to crash put this
+# ``sitecustomize.py`` on PYTHONPATH (``hook_env``); it makes ``step.Step`` raise at a chosen step
+# in a chosen rank, or makes importing mlflow fail in a rank; nothing in src/ knows about it.
+TEST_HOOK = '''
+"""Test-only hooks (tests/conftest.py TEST_HOOK), active only when their variable is set.
+
+AMPBENCH_TEST_FAULT=<rank>:<step>: step.Step raises at that step in that rank.
+AMPBENCH_TEST_NO_MLFLOW=<rank>,...: importing mlflow fails in those ranks.
+"""
+import os
+import sys
+
+if os.environ.get("RANK") in os.environ.get("AMPBENCH_TEST_NO_MLFLOW", "").split(","):
+
+    class _NoMlflow:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "mlflow":
+                raise ImportError(f"rank {os.environ['RANK']} imported {name}: only rank 0 may use MLflow")
+
+    sys.meta_path.insert(0, _NoMlflow())
+
+_spec = os.environ.get("AMPBENCH_TEST_FAULT", "")
+if _spec and os.environ.get("RANK", "0") == _spec.split(":")[0]:
+    from ampbench.training import step
+
+    _at, _step = int(_spec.split(":")[1]), step.Step.__call__
+
+    def _faulty(self, images, labels):
+        if self.calls + 1 >= _at:
+            raise RuntimeError(f"injected fault: rank {os.environ.get('RANK', '0')} step {self.calls + 1}")
+        return _step(self, images, labels)
+
+    step.Step.__call__ = _faulty
+'''
+
+
+def hook_env(tmp_path: Path, **variables: str) -> dict:
+    """Environment that loads TEST_HOOK (a sitecustomize.py) with the given AMPBENCH_TEST_* set."""
+    hook = tmp_path / "test-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(TEST_HOOK)
+    # Keep a PYTHONPATH that puts the code under test first (a worktree's src/): without it the
+    # workers would import whatever ampbench the venv has installed.
+    pythonpath = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return venv_env(PYTHONPATH=pythonpath, **variables)
+
+
+def stage_log(project: Path, name: str = "train") -> str:
+    """What a stage started by ``procs.start(..., name=name)`` wrote."""
+    return (project / f"{name}.log").read_text(errors="replace")
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float, log: Path) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {timeout} s after the signal:\n{log.read_text()}")
+
+
+def run_status(project: Path, run_id: str) -> str:
+    return mlflow_client(project).get_run(run_id).info.status
+
+
+def run_json(project: Path, work0: Path = WORK0) -> dict:
+    return json.loads((project / work0 / "run.json").read_text())
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, f"weights differ from the uninterrupted run in {differ}"
+
+
+@pytest.fixture
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

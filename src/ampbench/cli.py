@@ -41,7 +41,7 @@ EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_STOPPED = 1, 2, 130, 143
 # shows for it. The module holds `main(cfg, args, argv) -> exit status` and, if the command takes
 # options of its own, `add_arguments(parser)`; it is imported only when its command runs (or shows
 # its --help), so torch waits inside main, never at the module's top. dvc.yaml's deps of a stage are the
-# code its command imports (tests/test_reliability.py checks them from this table).
+# code its command imports (tests/test_architecture.py checks them from this table).
 COMMANDS = {
     "download": ("stages.download", "fetch and prepare the dataset"),
     "train": ("stages.train_main", "train one variant, every seed"),
@@ -66,7 +66,7 @@ WARM_COMMANDS = frozenset({"download", "train", "evaluate", "compare", *HELPERS}
 
 # Errors that end a command with their message instead of a traceback (exit 1; --debug shows the
 # traceback), by (top-level package, class name): matching them imports nothing, and a class
-# that moves within the package still matches. tests/test_config.py checks that each exists.
+# that moves within the package still matches. tests/config/test_config.py checks that each exists.
 EXPECTED_ERRORS = {
     ("ampbench", "DataError"),
     ("ampbench", "TrackingError"),

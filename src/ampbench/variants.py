@@ -2,7 +2,7 @@
 
 The names only, without torch: the CLI offers them and the configuration checks them before anything
 heavy is imported. The implementations are registries keyed by the same names, in the same order
-(``training/parallel.py``'s ``STRATEGIES``, ``training/precision.py``'s registry; tests/test_config.py
+(``training/parallel.py``'s ``STRATEGIES``, ``training/precision.py``'s registry; tests/config/test_config.py
 checks that they agree).
 """
 

@@ -2,7 +2,7 @@
 a store that survives): `dvc exp run` (what `make run DATA=...` runs), several seeds with one
 killed, a kill before the first checkpoint, and a tracking server that dies mid-training.
 
-Like tests/test_reliability.py, these run the real commands as subprocesses in throwaway
+Like tests/stages/test_train_stops.py, these run the real commands as subprocesses in throwaway
 projects and read back the real checkpoint folders and MLflow runs.
 """
 

@@ -1,6 +1,6 @@
 """Typed, frozen configuration: every setting of ``params.yaml``, its default and what it means.
 
-``params.yaml`` is the one source of defaults (tests/test_config.py checks that the dataclasses below
+``params.yaml`` is the one source of defaults (tests/config/test_config.py checks that the dataclasses below
 agree with it). ``load_config`` reads it, applies ``--set key=value`` overrides from the command line,
 and validates everything before any side effect: unknown keys, wrong types and out-of-range values
 are collected and reported together, each by its dotted key.

@@ -1,0 +1,65 @@
+"""The training loop's checkpoints (train.checkpoint_every_s): when it saves, that timed saves
+change no weight and a crash resumes exactly, and that a failed write stops training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampbench import config
+from ampbench.checkpoints import files
+from ampbench.checkpoints.state import SeedCheckpoint
+from ampbench.training import loop, parallel, precision
+from conftest import REPO, assert_same_weights, crash_at_step, make_dataset
+
+
+def _seed_job(tmp_path: Path, stop=lambda: False, **train) -> loop.Job:
+    """One fp32 seed in this process (no MLflow): 60 images, batch 20, 3 steps per epoch, 3 epochs."""
+    cfg = config.load_config(REPO / "params.yaml")
+    train = {"epochs": 3, "batch_size": 20, "seeds": (0,), "lr": 0.05, **train}
+    cfg = config.replace(cfg, model={"fc_dim": 32}, train=train)
+    strategy = parallel.Single()
+    strategy.setup()
+    ckpt = tmp_path / "checkpoint.pt"
+    return loop.Job(cfg, precision.REGISTRY["fp32"], strategy, make_dataset(), 0, ckpt, stop)
+
+
+def test_checkpoint_every_s_zero_saves_every_epoch_end_and_the_default_none_in_a_short_seed(tmp_path):
+    out = loop.train_seed(_seed_job(tmp_path, checkpoint_every_s=0.0))
+    assert out["result"].checkpoints_written == 2  # epochs 1 and 2: the last one is model.pt's
+    assert out["result"].checkpoint_seconds > 0
+    saved = SeedCheckpoint.load(tmp_path / "checkpoint.pt")
+    assert (saved.epoch, saved.step, saved.stats, len(saved.history)) == (2, 0, None, 2)
+    (tmp_path / "checkpoint.pt").unlink()
+    default = config.load_config(REPO / "params.yaml").train.checkpoint_every_s
+    assert default == 60  # a seed that trains in seconds (an H200's) writes none
+    out = loop.train_seed(_seed_job(tmp_path, checkpoint_every_s=default))
+    assert out["result"].checkpoints_written == 0 and not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_timed_saves_mid_epoch_change_nothing_and_a_crash_resumes_exactly(tmp_path, one_thread):
+    """checkpoint_every_s: 1e-9 saves at every step boundary; a crash resumes from the last one."""
+    reference = loop.train_seed(_seed_job(tmp_path / "reference", checkpoint_every_s=1e9))
+    timed = loop.train_seed(_seed_job(tmp_path / "timed", checkpoint_every_s=1e-9))
+    assert timed["result"].checkpoints_written == 3 * 2 + 2  # steps 1-2 of each epoch, 2 ends
+    assert_same_weights(timed["state_dict"], reference["state_dict"])
+
+    with pytest.raises(RuntimeError, match="crash"):
+        # crash at epoch 2's 2nd step, after a save at its 1st
+        loop.train_seed(_seed_job(tmp_path / "crashed", crash_at_step(5), checkpoint_every_s=1e-9))
+    saved = SeedCheckpoint.load(tmp_path / "crashed" / "checkpoint.pt")
+    assert (saved.epoch, saved.step, len(saved.history)) == (1, 1, 1) and saved.stats is not None
+    resumed = loop.train_seed(_seed_job(tmp_path / "crashed", checkpoint_every_s=1e9), resume=saved)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    assert_same_weights(resumed["state_dict"], reference["state_dict"])
+
+
+def test_a_failed_checkpoint_write_raises_in_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    job = _seed_job(tmp_path, checkpoint_every_s=0.0)
+    job.checkpoint_path = blocker / "checkpoint.pt"
+    with pytest.raises(files.CheckpointError, match="could not write checkpoint"):
+        loop.train_seed(job)
