@@ -24,6 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
@@ -240,26 +241,23 @@ class MlflowServer:
 
 # ------------------------------------------------------------------ processes started by tests
 def descendants(pid: int) -> list[int]:
-    """All live descendants of pid (Linux /proc), e.g. torchrun and its workers."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """All live descendants of pid, e.g. torchrun and its workers."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    return []
 
 
 def alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
+
+
+def cgroup2_root() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted; None where there is none."""
+    mounts = [m.mountpoint for m in psutil.disk_partitions(all=True) if m.fstype == "cgroup2"]
+    return Path(mounts[0]) if mounts else None
 
 
 class Procs:
@@ -295,9 +293,10 @@ class Procs:
 
     def cleanup(self) -> None:
         for pid in self.adopted:  # only if still ours: an ampbench or torchrun process
-            with contextlib.suppress(OSError):
-                if alive(pid) and b"ampbench" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                if alive(pid) and any("ampbench" in arg for arg in process.cmdline()):
+                    process.kill()
         for proc in self.started:
             if proc.poll() is None:
                 for pid in [*descendants(proc.pid), proc.pid]:

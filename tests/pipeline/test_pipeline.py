@@ -19,6 +19,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import (
@@ -82,7 +83,7 @@ def test_the_stages_ran_in_the_commands_warm_server(repro: Path):
     assert trains.count("ddp") == 3 * 3, served  # each ddp stage: its agent and 2 CPU workers
     assert ("evaluate", "") in served and ("compare", "") in served, served
     server_pid = int(re.search(r"warm server (\d+): ready", log)[1])
-    assert not Path(f"/proc/{server_pid}").exists()
+    assert not psutil.pid_exists(server_pid)
 
 
 def test_repro_tracks_every_seed_with_sectioned_metrics_datasets_and_evaluation(repro: Path, server):

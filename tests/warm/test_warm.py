@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from conftest import alive, long_project, new_project, venv_env, wait_for_checkpoint
+from conftest import alive, cgroup2_root, long_project, new_project, venv_env, wait_for_checkpoint
 
 pytestmark = pytest.mark.slow  # a server imports torch and MLflow: seconds
 
@@ -89,7 +90,7 @@ def command():
 
 
 def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return psutil.Process(pid).status()
 
 
 def _wait_state(pids: list[int], ok, message: str, timeout: float = 10) -> None:
@@ -100,6 +101,7 @@ def _wait_state(pids: list[int], ok, message: str, timeout: float = 10) -> None:
 
 
 def _ignored(pid: int) -> int:
+    """The signals `pid` ignores, as a mask (psutil does not read signal dispositions)."""
     return int(Path(f"/proc/{pid}/status").read_text().split("SigIgn:\t")[1].split()[0], 16)
 
 
@@ -130,8 +132,7 @@ def _affinity():
 
 
 def _cgroup_child() -> Path:
-    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    root = next((line.split()[4] for line in mounts if " - cgroup2 " in line), None)
+    root = cgroup2_root()
     if root is None or os.geteuid() != 0:
         pytest.skip("a cgroup of our own needs root and a cgroup v2 hierarchy")
     group = Path(root) / f"ampbench-warm-test-{os.getpid()}"
@@ -194,9 +195,13 @@ def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_pa
         assert _ignored(stage) >> (signal.SIGHUP - 1) & 1
         os.kill(proc.pid, signal.SIGTSTP)
         # as a shell does: fg only once the whole job (client and stage) is stopped
-        _wait_state([stage, proc.pid], lambda state: state == "T", "Ctrl-Z did not stop the stage and client")
+        _wait_state(
+            [stage, proc.pid],
+            lambda state: state == psutil.STATUS_STOPPED,
+            "Ctrl-Z did not stop the stage and client",
+        )
         os.kill(proc.pid, signal.SIGCONT)
-        _wait_state([stage], lambda state: state != "T", "fg did not continue the stage")
+        _wait_state([stage], lambda state: state != psutil.STATUS_STOPPED, "fg did not continue the stage")
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(120) == 143, (project / "train.log").read_text()[-3000:]
     finally:
@@ -210,7 +215,7 @@ def test_kill_9_of_the_client_ends_its_stage(command, tmp_path):
     proc, stage = command.start(project)
     time.sleep(1)
     # named after its command in ps -e, top and pgrep (its command line stays the server's)
-    assert Path(f"/proc/{stage}/comm").read_text().strip() == "ampbench-train"
+    assert psutil.Process(stage).name() == "ampbench-train"
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
