@@ -29,6 +29,12 @@ import pytest
 import torch
 import yaml
 
+# One intra-op thread in every test process, as the stages the tests start get (clean_env:
+# OMP_NUM_THREADS=1): on a busy 2-core machine two OpenMP threads spin against each other, and a
+# seed trained in-process took ten times the CPU seconds of one thread. Tests that compare runs
+# bit for bit still pin it themselves (one_thread).
+torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent  # dvc, mlflow, torchrun of the venv that runs the tests
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

@@ -97,14 +97,21 @@ def test_a_timed_epoch_runs_no_tracking_logging_or_nvml_code(tmp_path):
 
 
 def test_a_slow_send_is_waited_for_at_most_the_hold_timeout_and_counted(tmp_path, monkeypatch):
+    answer = threading.Event()
+
     class StuckStore(SlowStore):
         def log_metrics(self, run_id, metrics, step=None):
-            time.sleep(0.5)  # a remote server that does not answer
+            # A remote server that does not answer until the seed is over: whatever the load on
+            # the machine, the send outlasts the next epoch's hold (a fixed sleep raced the epochs).
+            answer.wait(60)
             self.sends += 1
 
     monkeypatch.setattr(measure, "HOLD_TIMEOUT_S", 0.05)
     hooks = EpochHooks(StuckStore(), "run", send_every_s=0.0)
-    result = loop.train_seed(_job(tmp_path), hooks)["result"]
+    try:
+        result = loop.train_seed(_job(tmp_path), hooks)["result"]
+    finally:
+        answer.set()
     hooks.close()
     assert result.disturbed_epochs >= 1  # said, not hidden: the self-check reports it
 

@@ -289,7 +289,7 @@ def _sgd_steps(cfg: config.Config, strategy) -> dict:
 
 
 def _ddp_rank(rank: int, world: int, port: int, cfg: config.Config, out_dir: str) -> None:
-    """One torch.multiprocessing.spawn worker: parallel.Distributed over gloo, from env vars."""
+    """One torch.multiprocessing worker: parallel.Distributed over gloo, from env vars."""
     env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": world}
     os.environ.update({k: str(v) for k, v in env.items()}, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -308,7 +308,11 @@ def test_ddp_half_batches_match_single_process_full_batch(tmp_path, monkeypatch)
     cfg = _tiny_cfg(epochs=2)
     world = 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the spawned ranks use gloo on CPU
-    torch.multiprocessing.spawn(_ddp_rank, args=(world, free_port(), cfg, str(tmp_path)), nprocs=world)
+    # Forked ranks share the torch this process imported (spawned ones import it again: half the
+    # test's CPU seconds). With CUDA, spawn: a fork cannot re-read CUDA_VISIBLE_DEVICES.
+    start = "spawn" if torch.cuda.is_available() else "fork"
+    args = (world, free_port(), cfg, str(tmp_path))
+    torch.multiprocessing.start_processes(_ddp_rank, args, nprocs=world, start_method=start)
 
     ref = _sgd_steps(cfg, parallel.Single(cfg.train.collective_timeout_s))  # CPU: setup() not called
     assert ref["wrapper"] == "AlexNet" and ref["steps"] == 6
