@@ -21,6 +21,7 @@ from conftest import (
     REPO,
     VENV_BIN,
     MlflowServer,
+    empty_store,
     image_folder_archive,
     load_pt,
     long_project,
@@ -187,7 +188,8 @@ def test_dataset_input_race_is_retried_and_never_fails_training(tmp_path, monkey
     """Two stages registering the same dataset at once: sqlite's unique row makes one insert fail."""
     from ampbench.tracking.tracker import Tracker
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    store = empty_store(tmp_path / "mlflow.db")  # migrated once per session, not in every test
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     tracker = Tracker("race")
     run_id = tracker.start("r", {})
     real, calls = tracker.client.log_inputs, []
