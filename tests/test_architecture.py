@@ -49,9 +49,9 @@ def _import_closure(module: str) -> set[str]:
 
 
 def _command_code(command: str) -> set[Path]:
-    """The files `ampbench <command>` runs: the CLI, the command's main (cli.COMMANDS) and their
-    imports, and the processes they start as `python -m ampbench [helper]` (torchrun's workers, the
-    system-metrics sampler), found by those names in the code."""
+    """The files `ampbench <command>` runs: the CLI, the command's module (cli.command_module) and
+    their imports, and the processes they start as `python -m ampbench [helper]` (torchrun's workers,
+    the system-metrics sampler of cli.HELPERS), found by those names in the code."""
     from ampbench import cli
 
     modules = _import_closure("ampbench.cli") | _import_closure(cli.command_module(command).__name__)
