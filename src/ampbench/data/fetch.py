@@ -56,6 +56,11 @@ class _AttemptFailed(Exception):
         self.fix = fix
 
 
+def _shown(source: str, limit: int = 80) -> str:
+    """The source as an error quotes it: at most `limit` characters."""
+    return repr(source if len(source) <= limit else source[: limit - 3] + "...")
+
+
 def _hashers(source: str, sha256: str) -> dict[str, tuple]:
     """Name -> (hash object, expected hex digest) for every checksum that applies to `source`."""
     wanted = {"md5": (hashlib.md5(), CIFAR10_MD5)} if source == CIFAR10_URL else {}
@@ -94,9 +99,20 @@ def fetch(
         return _download(source, Path(cache_dir), sha256, max(retries, 1), timeout_s)
     local = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else source
     path = Path(local).expanduser()
-    if not path.exists():
-        raise DataError(f"data source {source!r} does not exist; fix data.url")
-    if path.is_file() and (problem := _verify_file(path, source, sha256)):
+    try:
+        exists, is_file, is_dir = path.exists(), path.is_file(), path.is_dir()
+    except OSError as err:  # a name too long for the filesystem, a loop of links, ...
+        raise DataError(
+            f"data source {_shown(source)} cannot be read ({err.strerror}); fix data.url"
+        ) from None
+    if not exists:
+        raise DataError(f"data source {_shown(source)} does not exist; fix data.url")
+    if not (is_file or is_dir):  # /dev/zero, a FIFO, a socket: no end, or no archive
+        raise DataError(
+            f"data source {_shown(source)} is neither a file nor a folder (a device, FIFO or socket); "
+            "point data.url at the archive or its extracted folder"
+        )
+    if is_file and (problem := _verify_file(path, source, sha256)):
         raise DataError(f"{path}: {problem}; fix data.sha256 or replace the file")
     return path
 

@@ -1,0 +1,37 @@
+"""Data sources that are no archive and no folder are refused in one line naming data.url."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ampbench.data import fetch
+
+
+def test_a_device_is_neither_file_nor_folder(tmp_path):
+    with pytest.raises(fetch.DataError, match=r"'/dev/zero' is neither a file nor a folder.*data\.url"):
+        fetch.fetch("/dev/zero", tmp_path)
+
+
+def test_a_fifo_is_refused_without_opening_it(tmp_path):
+    fifo = tmp_path / "data.tar.gz"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    with pytest.raises(fetch.DataError, match="neither a file nor a folder"):
+        fetch.fetch(str(fifo), tmp_path)
+
+
+def test_a_name_too_long_is_one_short_line(tmp_path):
+    source = "/tmp/" + "x" * 300 + ".tar.gz"
+    with pytest.raises(fetch.DataError) as err:
+        fetch.fetch(source, tmp_path)
+    message = str(err.value)
+    assert "cannot be read (File name too long); fix data.url" in message
+    assert len(message) < 160 and "..." in message  # the 300 characters are not repeated
+
+
+def test_a_folder_and_a_file_still_pass(tmp_path):
+    (tmp_path / "archive.tar.gz").write_bytes(b"x")
+    assert fetch.fetch(str(tmp_path), tmp_path / "cache") == Path(tmp_path)
+    assert fetch.fetch(str(tmp_path / "archive.tar.gz"), tmp_path / "cache").name == "archive.tar.gz"
