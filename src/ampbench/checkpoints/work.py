@@ -5,6 +5,8 @@ and publishing the finished models into the stage's DVC output.
   stage (``ResumeError``) unless ``--fresh`` discards it.
 - ``finished``: a seed already trained in this stage (its ``model.pt``), not trained again.
 - ``resume_hint``: the command a stopped stage's message gives to resume it.
+- ``check_writable``: before any training, both folders can take files (else one line now, not
+  a traceback after the whole training).
 - ``publish``: once every seed is done, hard-link the models into ``models/<variant>/`` and remove
   the work folder, so a later run trains afresh.
 
@@ -71,6 +73,26 @@ def refuse_foreign(work: Path, seeds, digest: str, variant: str, fresh: bool) ->
         ckpt = work / f"seed-{seed}" / "checkpoint.pt"
         if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
             raise _foreign(ckpt, state, variant, digest)
+
+
+def check_writable(work: Path, out: Path) -> None:
+    """The work folder and the models' folder take files, checked by writing one: a read-only or
+    foreign-owned folder, a file in a folder's place, a full or read-only filesystem fail here,
+    before any training, instead of when the trained models are saved or published."""
+    for folder, holds in ((work, "work in progress (checkpoints)"), (out.parent, "trained models")):
+        probe = folder / f".write-check-{os.getpid()}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            reason = f"{err.strerror or type(err).__name__}: {err.filename or folder}"
+            if folder.exists() and not folder.is_dir():
+                reason = f"{folder} is a file"
+            raise files.CheckpointError(
+                f"{folder}/ cannot hold the {holds} ({reason}): make it a "
+                "folder this user can write to (or remove what is in its place), then re-run"
+            ) from None
 
 
 def publish(work: Path, out: Path, seeds) -> None:

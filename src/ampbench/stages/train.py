@@ -71,6 +71,7 @@ def train_variant(
         tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant
         work_folder.refuse_foreign(work, cfg.train.seeds, cfg.digest(), variant, fresh)
+        work_folder.check_writable(work, models_dir / variant)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
         if strategy.is_main:
             tracker = Tracker.from_config(cfg)
