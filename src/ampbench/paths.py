@@ -10,3 +10,25 @@ RAW_DIR = Path("data/raw")
 MODELS_DIR = Path("models")
 WORK_DIR = Path("checkpoints")  # in-progress seeds: checkpoints, finished models (no DVC output)
 REPORTS_DIR = Path("reports")
+# DVC runs a queued experiment (`dvc exp run --queue`, `--temp`) in a copy of the repository under
+# <repo>/.dvc/tmp/exps/<tmp>/ and deletes that copy when the experiment ends, fails or is killed.
+DVC_TEMP_WORKSPACE = (".dvc", "tmp", "exps")
+
+
+def temp_workspace_root(cwd: Path | None = None) -> Path | None:
+    """The repository whose DVC temporary workspace `cwd` is in, else None."""
+    parts = (cwd or Path.cwd()).resolve().parts
+    n = len(DVC_TEMP_WORKSPACE)
+    for i in range(len(parts) - n, 0, -1):
+        if parts[i : i + n] == DVC_TEMP_WORKSPACE:
+            return Path(*parts[:i])
+    return None
+
+
+def work_root(digest: str, cwd: Path | None = None) -> Path:
+    """Where a train stage keeps its work in progress: checkpoints/, or, in a DVC temporary
+    workspace, the repository's own checkpoints/queued/<settings digest>/, which outlives the copy:
+    a killed queued experiment queued again resumes (its settings, so its digest, are the same),
+    and experiments of other settings never meet each other's checkpoints."""
+    repo = temp_workspace_root(cwd)
+    return WORK_DIR if repo is None else repo / WORK_DIR / "queued" / digest

@@ -17,7 +17,7 @@ import signal
 from ampbench.cli import all_overrides
 from ampbench.cli_options import add_variant_choice
 from ampbench.config import Config, ConfigError
-from ampbench.paths import DATA_FILE, MODELS_DIR, WORK_DIR
+from ampbench.paths import DATA_FILE, MODELS_DIR, temp_workspace_root, work_root
 from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
 from ampbench.variants import variant_name
@@ -36,12 +36,11 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
-    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch
     from ampbench.training import parallel
 
     variant = variant_name(args.parallel, args.precision)
-    work = WORK_DIR / variant
+    work = work_root(cfg.digest()) / variant
     if not parallel.STRATEGIES[args.parallel].in_process and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
         if cfg.train.batch_size % workers:
@@ -52,16 +51,28 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         with train_lock.hold(work, variant):  # one trainer per variant; its workers join it
             os.environ[train_lock.LAUNCHER_ENV] = str(os.getpid())
             try:
-                return launch.torchrun(argv, cfg, work, work_folder.resume_hint(argv))
+                return launch.torchrun(argv, cfg, work, _resume_hint(argv))
             finally:
                 del os.environ[train_lock.LAUNCHER_ENV]
     with train_lock.for_this_process(work, variant):
         return _train_here(cfg, args, argv, work)
 
 
+def _resume_hint(argv: list[str]) -> str:
+    """How to resume: in a DVC temporary workspace (deleted when the experiment stops), queue it
+    again; elsewhere the command that started it."""
+    from ampbench.checkpoints import work as work_folder
+
+    if temp_workspace_root() is not None:
+        return (
+            "To resume, queue the same experiment again (`dvc exp run --queue` with the same -S "
+            "settings, then `dvc queue start`): its work is kept outside DVC's temporary copy"
+        )
+    return work_folder.resume_hint(argv)
+
+
 def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     # Here, not in main: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
-    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch, train
     from ampbench.stages.params_watch import ParamsWatch
     from ampbench.stages.stop import StopFlag
@@ -71,11 +82,19 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
     try:
         results = launch.record(train.train_variant)(
-            cfg, args.parallel, args.precision, MODELS_DIR, DATA_FILE, args.fresh, stop, WORK_DIR, watch.check
+            cfg,
+            args.parallel,
+            args.precision,
+            MODELS_DIR,
+            DATA_FILE,
+            args.fresh,
+            stop,
+            work.parent,
+            watch.check,
         )
     except loop.Stopped as stopped:
         if int(os.environ.get("RANK", "0")) == 0:
-            log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
+            log.warning("%s in %s/. %s", stopped, work, _resume_hint(argv))
         return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
     except Exception as err:
         cause = peers.lost_peer(err)
