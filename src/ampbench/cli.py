@@ -169,21 +169,8 @@ def _fault_line(err: BaseException) -> str | None:
 
 
 def all_overrides(args) -> list[str]:
-    """``--set`` overrides, then those of `ampbench variant`'s own options (--epochs, ...)."""
-    out = list(args.overrides)
-    for flag, key in (
-        ("epochs", "train.epochs"),
-        ("batch_size", "train.batch_size"),
-        ("seeds", "train.seeds"),
-        ("data_url", "data.url"),
-        ("per_class", "data.train_per_class"),
-        ("fc_dim", "model.fc_dim"),
-        ("model", "model.name"),
-    ):
-        value = str(getattr(args, flag, "") or "").strip()
-        if value:
-            out.append(f"{key}=[{value}]" if flag == "seeds" else f"{key}={value}")
-    return out
+    """``--set`` overrides, with `ampbench variant`'s quick run and own options (--epochs, ...)."""
+    return cli_options.variant_overrides(args)
 
 
 def run() -> int:

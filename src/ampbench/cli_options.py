@@ -41,3 +41,47 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+# `ampbench variant --quick yes` (`mlflow run . -P quick=yes`): a run of a minute or two on a CPU
+# that shows the whole path (data, training, evaluation, the answer in MLflow) and measures
+# nothing worth quoting. Test accuracy only at the end, on a test subset: on a CPU, scoring all
+# 10,000 test images after each epoch was 82% of such a run (docs/MLFLOW.md).
+QUICK_RUN = (
+    "data.train_per_class=100",
+    "data.test_per_class=100",
+    "train.batch_size=128",
+    "model.fc_dim=256",
+    "train.epochs=2",
+    "train.seeds=[0]",
+    "train.eval_each_epoch=false",
+)
+# `ampbench variant`'s own options: (flag, config key, help's example). `mlflow run` passes a
+# parameter that MLproject does not declare as `--<name> <value>` (its own spelling: batch_size),
+# so that the command it echoes holds only what was given; both spellings are accepted.
+VARIANT_OPTIONS = (
+    ("--epochs", "train.epochs", ""),
+    ("--batch-size", "train.batch_size", " (global)"),
+    ("--seeds", "train.seeds", ", e.g. 0,1"),
+    ("--data-url", "data.url", ", e.g. a local archive"),
+    ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
+    ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
+    ("--model", "model.name", ", e.g. torchvision:resnet18 or mypkg.nets:make_model"),
+)
+YES, NO = ("yes", "true", "1"), ("no", "false", "0", "")
+
+
+def yes_no(text: str) -> bool:
+    if text.strip().lower() in YES + NO:
+        return text.strip().lower() in YES
+    raise argparse.ArgumentTypeError(f"yes or no, got {text!r}")
+
+
+def variant_overrides(args) -> list[str]:
+    """The quick run's settings (--quick), then ``--set``'s, then `ampbench variant`'s own options'."""
+    out = [*(QUICK_RUN if getattr(args, "quick", False) else ()), *args.overrides]
+    for flag, key, _ in VARIANT_OPTIONS:
+        value = str(getattr(args, flag[2:].replace("-", "_"), "") or "").strip()
+        if value:
+            out.append(f"{key}=[{value}]" if flag == "--seeds" else f"{key}={value}")
+    return out

@@ -363,16 +363,35 @@ def test_help_and_config_errors_answer_at_once(tmp_path: Path, args):
 
 
 def test_variant_options_make_a_small_run():
-    """`mlflow run . -P per_class=100 -P fc_dim=256` (MLproject) reaches the config as overrides."""
+    """`mlflow run . -P per_class=100 -P fc_dim=256` (MLproject) reaches the config as overrides:
+    MLflow passes an undeclared parameter as `--per_class 100`, its own spelling."""
     from ampbench import cli, config
 
-    args = cli._parser().parse_args(["variant", "--per-class", "100", "--fc-dim", "256", "--epochs", ""])
+    args = cli._parser().parse_args(["variant", "--per_class", "100", "--fc-dim", "256", "--epochs", ""])
     overrides = cli.all_overrides(args)
     assert overrides == ["data.train_per_class=100", "model.fc_dim=256"]
     cfg = config.load_config(REPO / "params.yaml", overrides)
     assert (cfg.data.train_per_class, cfg.model.fc_dim) == (100, 256)
-    mlproject = (REPO / "MLproject").read_text()
-    assert "--per-class {per_class} --fc-dim {fc_dim}" in mlproject
+
+
+def test_the_quick_run_is_one_parameter_that_the_others_override():
+    """`mlflow run . -P quick=yes`: a subset, 2 epochs, one seed, the test accuracy at the end only
+    on a test subset; a parameter given beside it wins; the echoed command has no empty values."""
+    from ampbench import cli, config
+
+    args = cli._parser().parse_args(
+        ["variant", "--quick", "yes", "--epochs", "3", "--set", "train.seeds=[1]"]
+    )
+    cfg = config.load_config(REPO / "params.yaml", cli.all_overrides(args))
+    assert (cfg.data.train_per_class, cfg.data.test_per_class, cfg.train.batch_size) == (100, 100, 128)
+    assert (cfg.train.epochs, cfg.train.seeds, cfg.train.eval_each_epoch) == (3, (1,), False)
+    assert cli.all_overrides(cli._parser().parse_args(["variant", "--quick", "no"])) == []
+    mlproject = yaml.safe_load((REPO / "MLproject").read_text())["entry_points"]["main"]
+    assert all(str(p.get("default")) != "" for p in mlproject["parameters"].values()), mlproject
+    assert "--quick {quick}" in mlproject["command"]
+    quick_form = "mlflow run . -P precision=autocast -P quick=yes --env-manager local"
+    for doc in ("README.md", "docs/MLFLOW.md", "MLproject"):
+        assert quick_form in (REPO / doc).read_text(), f"{doc}: not the one quick form"
 
 
 def test_mlflow_run_takes_the_model_name():
@@ -384,4 +403,4 @@ def test_mlflow_run_takes_the_model_name():
     assert (
         config.load_config(REPO / "params.yaml", cli.all_overrides(args)).model.name == "torchvision:resnet18"
     )
-    assert "--model {model}" in (REPO / "MLproject").read_text()
+    assert "model (model.name" in (REPO / "MLproject").read_text()  # passed on as `--model <name>`

@@ -1,7 +1,7 @@
 """End to end: `dvc repro` (download -> nine trains -> nine evaluates -> compare) on CPU with a
 tiny ImageFolder archive and 2 seeds, run as `make run` runs it (``ampbench.dvc_run``: its stages
 in forks of the command's warm server); then the same store through `mlflow server`'s REST API,
-and the MLproject entry point through `mlflow run`.
+and the MLproject entry point through `mlflow run` (tests/pipeline/test_mlflow_run.py).
 """
 
 from __future__ import annotations
@@ -234,61 +234,6 @@ def test_rest_api_finds_the_seed_runs_by_tag(server):
         found = json.load(r)["runs"]
     names = sorted(run["info"]["run_name"] for run in found)
     assert names == sorted(f"{p}-autocast/seed-{s}" for p in ("single", "dp", "ddp") for s in (0, 1))
-
-
-def test_mlflow_run_lands_beside_the_study_under_the_variant_name(tmp_path: Path):
-    """`mlflow run . -P precision=autocast ...` typed as the README says (no --experiment-name, no
-    environment variable) against a store that already holds a (one-variant) study."""
-    proj = tmp_path / "proj"
-    skip = (
-        ".venv",
-        ".git",
-        "data",
-        "models",
-        "reports",
-        "checkpoints",
-        "mlflow.db",
-        "mlruns",
-        ".whl",
-        ".mirror",
-        ".device*",
-        ".gpu",
-    )
-    outputs = {REPO, REPO / "demo", REPO / "tutorial"}  # their data/, models/... (not src/ampbench/data)
-    shutil.copytree(
-        REPO, proj, ignore=lambda folder, names: set(skip) & set(names) if Path(folder) in outputs else ()
-    )
-    write_params(proj)
-    archive = image_folder_archive(tmp_path)
-    params = ["-P", "epochs=1", "-P", "batch_size=10", "-P", f"data_url={archive}"]
-    sh([sys.executable, "-m", "ampbench", "variant", "--precision", "fp32", "--data-url", str(archive)], proj)
-    mlflow_run = [str(VENV_BIN / "mlflow"), "run", ".", "--env-manager", "local"]
-    out = sh([*mlflow_run, "-P", "precision=autocast", *params], proj)
-    assert "#/experiments/1/runs?workflowType=machine_learning" in out.stdout + out.stderr
-
-    launcher = runs(proj, "Default")
-    assert [r.info.run_name for r in launcher] == ["single-autocast (mlflow run)"]  # not a random name
-    launcher = launcher[0]
-    assert 0.0 <= launcher.data.metrics["test/accuracy"] <= 1.0  # the variant's aggregate
-    assert launcher.data.tags["ampbench.experiment"] == "cifar10-amp"
-    assert "cifar10-amp" in launcher.data.tags["mlflow.note.content"]
-
-    study = {r.info.run_name: r for r in runs(proj)}
-    assert set(study) == {
-        "single-fp32",
-        "single-fp32/seed-0",
-        "single-autocast (mlflow run)",
-        "single-autocast/seed-0",
-    }
-    variant = study["single-autocast (mlflow run)"]
-    assert launcher.data.tags["ampbench.variant_run_id"] == variant.info.run_id
-    assert variant.data.tags["ampbench.launcher_run_id"] == launcher.info.run_id
-    assert variant.data.tags["ampbench.kind"] == "variant"
-    assert "test/accuracy" in variant.data.metrics
-    seed = study["single-autocast/seed-0"]
-    assert seed.data.tags["mlflow.parentRunId"] == variant.info.run_id
-    assert seed.data.params["train.epochs"] == "1" and seed.data.params["train.batch_size"] == "10"
-    assert study["single-fp32/seed-0"].data.tags["mlflow.parentRunId"] == study["single-fp32"].info.run_id
 
 
 def _ui_screenshots():

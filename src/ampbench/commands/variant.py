@@ -3,35 +3,43 @@
     ampbench variant --parallel dp --precision autocast --epochs 2 --seeds 0,1
 
 Prepares the data if it is missing or was made from other data settings, then trains and
-evaluates the variant, each as the `ampbench` command it is (same options, same overrides).
+evaluates the variant, each as the `ampbench` command it is (same options, same overrides), and
+ends on its answer: the variant run gets the description, tags and `answer/*` metrics that
+`compare` gives a study's variant runs (its speed-up against a single-fp32 trained with the same
+settings, where reports/metrics/ has one), and the last lines are that answer, the link to its run
+and the command that starts the UI.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 
-from ampbench.cli_options import add_variant_choice
+from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice, yes_no
 from ampbench.config import Config
-from ampbench.paths import DATA_FILE
+from ampbench.paths import DATA_FILE, REPORTS_DIR
 from ampbench.stages.download import prepared_mismatch
 from ampbench.variants import variant_name
 
 
 def add_arguments(v: argparse.ArgumentParser) -> None:
-    """The variant, and overrides of params.yaml (MLproject's parameters; empty: params.yaml's)."""
+    """The variant, the quick run, and overrides of params.yaml (MLproject's parameters; an
+    empty value keeps params.yaml's)."""
     add_variant_choice(v)
-    for flag, key, example in (
-        ("--epochs", "train.epochs", ""),
-        ("--batch-size", "train.batch_size (global)", ""),
-        ("--seeds", "train.seeds", ", e.g. 0,1"),
-        ("--data-url", "data.url", ", e.g. a local archive"),
-        ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
-        ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
-        ("--model", "model.name", ", e.g. torchvision:resnet18 or mypkg.nets:make_model"),
-    ):
-        v.add_argument(flag, default="", help=f"override {key}{example} (empty: params.yaml)")
+    for flag, key, example in VARIANT_OPTIONS:
+        underscored = "--" + flag[2:].replace("-", "_")  # how `mlflow run` passes -P batch_size=...
+        flags = (flag, underscored) if underscored != flag else (flag,)
+        v.add_argument(*flags, default="", help=f"override {key}{example} (empty: params.yaml)")
+    v.add_argument(
+        "--quick",
+        type=yes_no,
+        default=False,
+        metavar="yes|no",
+        help="a quick run of a minute or two on a CPU (" + ", ".join(QUICK_RUN) + "); the options "
+        "above and --set override its settings",
+    )
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
@@ -53,10 +61,43 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         timing.command_starts()  # evaluate's start-up is not the training before it
         code = cli.main(["evaluate", *v, *base])
     if not code:
-        from ampbench.tracking.tracker import Tracker
-
-        print(f"Browse the runs: {Tracker.from_config(cfg).link()}")
+        _publish_answer(cfg, variant_name(args.parallel, args.precision), args.quick)
     return code
+
+
+def _answer_row(variant: str) -> dict:
+    """The variant's comparison row from the evaluate stages' metrics files: against single-fp32
+    where one was trained with the same settings, else without a speed-up."""
+    from ampbench.report import compare, mixed
+
+    records = {variant: json.loads((REPORTS_DIR / "metrics" / f"{variant}.json").read_text())}
+    base = REPORTS_DIR / "metrics" / f"{compare.BASELINE}.json"
+    if variant != compare.BASELINE and base.exists():
+        both = {**records, compare.BASELINE: json.loads(base.read_text())}
+        records = both if not mixed.differences(both) else records
+    return next(r for r in compare.summarize(records) if r["variant"] == variant)
+
+
+def _publish_answer(cfg: Config, variant: str, quick: bool) -> None:
+    """The answer on the variant's run (and on `mlflow run`'s own, where that is another run),
+    then in the last lines: the answer, the run's link, and how to start the UI."""
+    from ampbench.stages.compare import ui_command
+    from ampbench.tracking import store, view
+    from ampbench.tracking.tracker import Tracker
+
+    row, tracker = _answer_row(variant), Tracker.from_config(cfg)
+    launcher = tracker.launcher_run_id
+    for run_id in row["variant_run_ids"]:
+        view.publish_row(tracker, run_id, row)
+    if launcher and launcher not in row["variant_run_ids"]:  # its note points at the seeds' run
+        pointer = tracker.client.get_run(launcher).data.tags.get(view.NOTE_TAG, "")
+        view.publish_row(tracker, launcher, row, note=pointer)
+    said = " (a quick run: it shows the path, its figures mean nothing)" if quick else ""
+    print(f"{variant}: {view.summary_line(row)}{said}")
+    link = view.run_link(store.ui_base(tracker.uri), tracker.experiment_id(), row["variant_run_ids"][0])
+    print(f"Its run: {link}")
+    if command := ui_command(tracker.uri):
+        print(f"Start the UI first (it serves that address): {command}")
 
 
 def _name_the_entry_run(variant: str) -> None:

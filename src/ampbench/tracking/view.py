@@ -29,17 +29,20 @@ import math
 import zlib
 
 from ampbench.tracking import studies
+from ampbench.tracking.answer_notes import (  # noqa: F401 (the answer's words, used through view)
+    ANSWER_TAGS,
+    BASELINE,
+    answer_tags,
+    study_note,
+    summary_line,
+    variant_note,
+)
 
 SHARE_KEY = "answer"  # store.runs_link puts it in the printed link
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + SHARE_KEY
 NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
 COLOR_TAG = "mlflow.runColor"  # a run's colour in the charts
-# The answer as short tags too: a run's page shows its tags on the first screen, its description
-# (the note) only below the fold, and cuts a tag's value at about 40 characters.
-ANSWER_TAGS = ("speed-up", "accuracy", "images/s", "peak MB", "energy")
 KIND_FILTER = studies.KIND_FILTER
-
-BASELINE = "single-fp32"
 
 # The answer as metrics: (key of a report.compare row, MLflow metric name, scale, digits kept).
 # Accuracy in percent: the UI's bar labels show two decimals, which for a fraction hides every
@@ -152,109 +155,6 @@ def answer_metrics(row: dict) -> dict[str, float]:
     return out
 
 
-def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
-    return "n/a" if value is None or math.isnan(value) else format(value * scale, spec)
-
-
-def summary_line(row: dict) -> str:
-    """A variant's answer in one line, most telling first (the runs table shows its start)."""
-    return (
-        f"{_num(row['speedup'], '.2f')}x · acc {_num(row['test_accuracy_mean'], '.2f', 100)}% "
-        f"± {_num(row['test_accuracy_std'], '.2f', 100)} ({_num(row['accuracy_delta'], '+.2f', 100)} pts) "
-        f"· {_num(row['images_per_second_mean'], ',.0f')} img/s "
-        f"· {_num(row['peak_memory_mb_mean'], ',.0f')} MB"
-    )
-
-
-def answer_tags(row: dict) -> dict[str, str]:
-    """The answer line in ANSWER_TAGS pieces (energy only where measured)."""
-    tags = {
-        "speed-up": f"{_num(row['speedup'], '.2f')}x",
-        "accuracy": f"{_num(row['test_accuracy_mean'], '.2f', 100)}% ± "
-        f"{_num(row['test_accuracy_std'], '.2f', 100)} ({_num(row['accuracy_delta'], '+.2f', 100)} pts)",
-        "images/s": _num(row["images_per_second_mean"], ",.0f"),
-        "peak MB": _num(row["peak_memory_mb_mean"], ",.0f"),
-    }
-    if not math.isnan(row.get("speedup_vs_tf32", math.nan)):  # where the study has single-tf32
-        tags["vs tf32"] = f"{_num(row['speedup_vs_tf32'], '.2f')}x"
-    joules = row.get("train_joules_mean")
-    if joules is not None and not math.isnan(joules):
-        tags["energy"] = f"{joules / 1e3:,.2f} kJ"
-    if row.get("noisy"):  # report/selfcheck.py: the why is in the description
-        tags["self-check"] = "noisy (see description)"
-    return tags
-
-
-def variant_note(row: dict) -> str:
-    """A variant run's description: the line, then the same in words."""
-    verdict = {"yes": "a significant difference", "no": "no significant difference"}.get(
-        row.get("significant", ""), "no test (baseline or too few seeds)"
-    )
-    return (
-        f"{summary_line(row)}\n\n{row['variant']}: {_num(row['speedup'], '.2f')} times the images/s of "
-        f"{BASELINE} ({_num(row['images_per_second_mean'], ',.0f')} images/s, first epoch excluded); test "
-        f"accuracy {_num(row['test_accuracy_mean'], '.4f')} ± {_num(row['test_accuracy_std'], '.4f')} "
-        f"(mean ± std over {row['seeds']} seeds), {_num(row['accuracy_delta'], '+.4f')} against {BASELINE} "
-        f"(Welch p = {_num(row['p_value'], '.3f')}: {verdict}); peak memory "
-        f"{_num(row['peak_memory_mb_mean'], ',.0f')} MB{_energy(row)}. Its seed runs are nested under "
-        "this run." + _noisy(row)
-    )
-
-
-def _noisy(row: dict) -> str:
-    """The self-check's finding where the variant is noisy (report/selfcheck.py), else nothing."""
-    if not row.get("noisy"):
-        return ""
-    return (
-        f"\n\nSelf-check: {row['noisy']}. Its images/s is several speeds averaged: re-run it on a "
-        "quiet machine before quoting it."
-    )
-
-
-def _energy(row: dict) -> str:
-    """The training's energy where NVML measured it (report.compare's row), else nothing."""
-    joules = row.get("train_joules_mean", math.nan)
-    if joules is None or math.isnan(joules):
-        return ""
-    per_joule = _num(row.get("images_per_joule_mean"), ",.0f")
-    return f"; training energy {joules / 1e3:,.2f} kJ ({per_joule} images/J)"
-
-
-def _fastest(rows: list[dict]) -> dict | None:
-    ranked = [r for r in rows if not math.isnan(r["speedup"])]
-    return max(ranked, key=lambda r: r["speedup"]) if ranked else None
-
-
-def study_note(rows: list[dict], notice: str = "") -> str:
-    """The study in a few lines: the headline, then every variant as a table (markdown)."""
-    best, base = _fastest(rows), next((r for r in rows if r["variant"] == BASELINE), None)
-    headline = "Answer: see the table below."
-    if best and base:
-        change = {"yes": "a significant change", "no": "no significant change"}.get(
-            best.get("significant", ""), "not tested"
-        )
-        headline = (
-            f"**Answer:** the fastest, {best['variant']}, trains at {_num(best['speedup'], '.2f')}x "
-            f"the images/s of {BASELINE}; test accuracy {_num(best['test_accuracy_mean'], '.4f')} against "
-            f"{_num(base['test_accuracy_mean'], '.4f')} ({_num(best['accuracy_delta'], '+.4f')}, {change})."
-        )
-    lines = [
-        "| variant | speed-up | images/s | test accuracy | Δ accuracy | peak MB |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in sorted(rows, key=lambda r: 0.0 if math.isnan(r["speedup"]) else -r["speedup"]):
-        lines.append(
-            f"| {r['variant']} | {_num(r['speedup'], '.2f')}x | {_num(r['images_per_second_mean'], ',.0f')} "
-            f"| {_num(r['test_accuracy_mean'], '.4f')} ± {_num(r['test_accuracy_std'], '.4f')} "
-            f"| {_num(r['accuracy_delta'], '+.4f')} | {_num(r['peak_memory_mb_mean'], ',.0f')} |"
-        )
-    tail = f"\n\n{notice}" if notice else ""
-    return (
-        f"{headline} Every variant, mean ± std over seeds (the variant runs carry the same numbers "
-        "as `answer/*` metrics; their seed runs are nested under them):\n\n" + "\n".join(lines) + tail + "\n"
-    )
-
-
 def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice: str = "") -> None:
     """The compare stage's answer in the UI: metrics, colour and note on every variant run, the
     study's table as the compare run's note, and the shared view the printed link opens.
@@ -265,19 +165,25 @@ def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice
     ours = {run_id for row in rows for run_id in row.get("variant_run_ids", [])}
     for row in rows:
         for run_id in row.get("variant_run_ids", []):
-            tracker.log_metrics(run_id, answer_metrics(row))
-            tags = {
-                NOTE_TAG: variant_note(row),
-                **answer_tags(row),
-                **({studies.STUDY_TAG: study} if study else {}),
-            }
-            if row["variant"] in COLORS:
-                tags[COLOR_TAG] = COLORS[row["variant"]]
-            tracker.set_tags(run_id, tags)
+            publish_row(tracker, run_id, row, study)
     if compare_run_id:
         tracker.set_tags(compare_run_id, {NOTE_TAG: study_note(rows, notice), studies.STUDY_TAG: study})
         studies.mark_earlier(tracker, ours, study)
     ensure_shared_view(tracker.client, tracker.client.get_experiment(tracker.experiment_id()), study)
+
+
+def publish_row(tracker, run_id: str, row: dict, study: str | None = None, note: str = "") -> None:
+    """One variant's answer on its run (compare's, and `mlflow run`'s): the `answer/*` metrics,
+    the description (`note` added), the answer tags, its colour and its study."""
+    tracker.log_metrics(run_id, answer_metrics(row))
+    tags = {
+        NOTE_TAG: variant_note(row) + (f"\n\n{note}" if note else ""),
+        **answer_tags(row),
+        **({studies.STUDY_TAG: study} if study else {}),
+    }
+    if row["variant"] in COLORS:
+        tags[COLOR_TAG] = COLORS[row["variant"]]
+    tracker.set_tags(run_id, tags)
 
 
 def run_link(base: str, experiment_id: str, run_id: str) -> str:

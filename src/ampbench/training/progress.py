@@ -6,7 +6,9 @@ epochs x steps) beside the per-epoch bar, times the first steps (after the warm-
 syncs in all), and then logs, on rank 0 only:
 
 - the expected wall time of this stage (elapsed since the process started + the remaining steps
-  at the measured step time + the per-epoch evaluations + the per-seed setup it saw),
+  at the measured step time + the per-epoch evaluations + the per-seed setup it saw), and again
+  after the first epoch, from that epoch's steps and its test evaluation as they really took
+  (a modelled evaluation was the estimate's largest error on a CPU),
 - the time the whole study still needs on this machine: the remaining steps of every variant
   and seed in ``params.yaml`` (finished models count as done) at the measured speed, plus the
   evaluate and compare stages,
@@ -28,13 +30,12 @@ from ampbench.config import Config
 from ampbench.timing import process_age
 from ampbench.training.measure import sync
 from ampbench.training.study_cost import (
-    DEMO_HINT,
-    LONG_ON_CPU_S,
     eval_steps,
     fmt_duration,
+    long_on_cpu_hint,
     preflight,
     remaining_seed_steps,
-    seed_steps,
+    seed_work,
     study_variants,
 )
 
@@ -82,7 +83,10 @@ class StageProgress:
         self.startup_s = process_seconds()  # imports, data loading, tracking preflight
         self.seed_setup_s: float | None = None
         self.step_s: float | None = None
+        self.eval_s: float | None = None  # one test evaluation, once one was timed
         self.estimate: dict | None = None
+        self.corrected = False  # the estimate after the first epoch was made
+        self._epoch_steps, self._last_step_t = 0, 0.0
         self.seed = self.epoch = self.step_in_epoch = 0
         self._calls = 0
         self._t0 = 0.0  # perf_counter at the start of the timed steps
@@ -107,7 +111,7 @@ class StageProgress:
         self._calls = 0  # time the first steps of this seed's model, not the previous one's
         if self.seed_setup_s is None:
             self.seed_setup_s = time.perf_counter() - self.created
-        self._epoch_t0 = time.perf_counter()
+        self._epoch_t0, self._epoch_steps = time.perf_counter(), 0
         if self.bar is not None:
             done = self.seeds.index(seed) * self.per_seed + epoch * self.spe + step
             self.bar.n = done
@@ -118,6 +122,8 @@ class StageProgress:
         True once the step time is measured: the caller then calls :meth:`report` (outside its
         clock: the estimate is a log line, not training)."""
         self.step_in_epoch += 1
+        self._epoch_steps += 1
+        self._last_step_t = time.perf_counter()
         if self.bar is not None:
             self.bar.update()
         if self.step_s is not None:
@@ -136,34 +142,49 @@ class StageProgress:
         return False
 
     def epoch_done(self, device: torch.device | None = None) -> None:
-        """An epoch ended (after evaluation and checkpoint). Estimates now if the epoch was short."""
+        """An epoch ended (after evaluation and checkpoint). After the first one this process
+        trained, the estimate is made again from how long its steps and its evaluation took."""
         now = time.perf_counter()
-        if self.step_s is None and self._calls:
-            # Fewer steps than the timing window: the whole epoch (evaluation included) is the
-            # measurement, the per-epoch evaluation then needs no modelling.
-            self.step_s = (now - self._epoch_t0) / (self._calls + self._evals())
-            self.report()
-        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        measure = not self.corrected and self._epoch_steps
+        if measure:
+            self._measure_epoch(now)
+        self.epoch, self.step_in_epoch, self._epoch_steps = self.epoch + 1, 0, 0
         self._epoch_t0 = now
+        if measure:  # what is left from the next epoch on
+            self.report(corrected=self.estimate is not None)
+
+    def _measure_epoch(self, now: float) -> None:
+        """Step time from the epoch's steps after the warm-up (all of them if it had none timed);
+        the time from its last step to its end is its evaluation where it had one."""
+        self.corrected = True
+        timed = self._epoch_steps - self.warmup_steps
+        if self._t0 and timed > 0:
+            self.step_s = (self._last_step_t - self._t0) / timed
+        else:
+            self.step_s = (self._last_step_t - self._epoch_t0) / self._epoch_steps
+        if self.cfg.train.eval_each_epoch or self.epoch == self.cfg.train.epochs - 1:
+            self.eval_s = now - self._last_step_t  # its checkpoint and logging too: ms
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
     # --- estimates ---------------------------------------------------------------------------
-    def _evals(self) -> float:
-        return eval_steps(self.cfg, self.n_test) if self.cfg.train.eval_each_epoch else 0.0
+    def _one_eval_s(self) -> float:
+        """One test evaluation: as timed, else in step units at the measured step time."""
+        return self.eval_s if self.eval_s is not None else eval_steps(self.cfg, self.n_test) * self._step()
 
-    def _measured_step_s(self) -> float:
+    def _step(self) -> float:
         """The step time, once measured (the estimates are made only then)."""
         assert self.step_s is not None, "no step time measured yet"
         return self.step_s
 
     def stage_left_s(self) -> float:
         cfg, later = self.cfg, self.seeds[self.seeds.index(self.seed) + 1 :]
-        steps = seed_steps(cfg, self.spe, self.n_test, self.epoch, self.step_in_epoch)
-        steps += len(later) * seed_steps(cfg, self.spe, self.n_test)
-        return steps * self._measured_step_s() + len(later) * (self.seed_setup_s or 0.0)
+        steps, evals = seed_work(cfg, self.spe, self.epoch, self.step_in_epoch)
+        whole_steps, whole_evals = seed_work(cfg, self.spe)
+        steps, evals = steps + len(later) * whole_steps, evals + len(later) * whole_evals
+        return steps * self._step() + evals * self._one_eval_s() + len(later) * (self.seed_setup_s or 0.0)
 
     def study_left_s(self, stage_left: float) -> tuple[float, int]:
         """Seconds the rest of the study needs after this stage, and how many variants it counts."""
@@ -177,26 +198,41 @@ class StageProgress:
             )
             if steps:
                 others += 1
-                total += steps * self._measured_step_s() + len(self.seeds) * (self.seed_setup_s or 0.0)
+                total += steps * self._step() + len(self.seeds) * (self.seed_setup_s or 0.0)
                 total += self.startup_s  # the stage's own start: imports, data, tracking
         # evaluate (startup + one test pass per seed) and compare stages of every variant
         n_variants = len(study_variants(self.params_file))
-        test_pass = eval_steps(self.cfg, self.n_test) * self._measured_step_s()
+        test_pass = self._one_eval_s()
         per_eval = self.startup_s + len(self.seeds) * test_pass
         return total + n_variants * per_eval + self.startup_s, others
 
-    def report(self) -> dict:
-        """Log the stage and study estimates once the step time is known (rank 0)."""
+    def report(self, corrected: bool = False) -> dict:
+        """Log the stage and study estimates once the step time is known (rank 0); `corrected`:
+        again after the first epoch, from its measured steps and evaluation."""
         elapsed = process_seconds()
         stage_left = self.stage_left_s()
         study_left, others = self.study_left_s(stage_left)
+        first = self.estimate
         self.estimate = {
             "step_seconds": self.step_s,
+            "eval_seconds": self.eval_s,
             "stage_seconds": elapsed + stage_left,
             "stage_left_seconds": stage_left,
             "study_left_seconds": stage_left + study_left,
+            # `ampbench variant` / `mlflow run`: the evaluate stage after it, in this process
+            "run_left_seconds": stage_left + len(self.seeds) * self._one_eval_s(),
         }
         if not self.enabled:
+            return self.estimate
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"stage ~{fmt_duration(elapsed + stage_left)}", refresh=True)
+        variant_only = os.environ.get("AMPBENCH_SCOPE") == "variant"  # `mlflow run`: no study
+        if corrected:
+            # Said where it moved the stage's own time (start-up aside) by over a quarter, or
+            # where one run is all there is to watch; else for --debug only.
+            own, moved = elapsed + stage_left - self.startup_s, elapsed + stage_left - first["stage_seconds"]
+            said = variant_only or abs(moved) > 0.25 * own
+            log.log(logging.INFO if said else logging.DEBUG, "%s", self._corrected_line(elapsed))
             return self.estimate
         t = self.cfg.train
         stage = (
@@ -205,8 +241,8 @@ class StageProgress:
             f"({len(self.seeds)} seed(s) x {t.epochs} epochs x {self.spe} steps): "
             f"{fmt_duration(elapsed + stage_left)} in all, {fmt_duration(stage_left)} left"
         )
-        if os.environ.get("AMPBENCH_SCOPE") == "variant":  # `ampbench variant` / `mlflow run`: no study
-            log.info("%s; then its evaluation.", stage)
+        if variant_only:
+            log.info("%s; %s", stage, self._run_end(elapsed))
             return self.estimate
         log.info(
             "%s. The whole study still needs about %s on this machine (this stage, %d other "
@@ -217,17 +253,29 @@ class StageProgress:
             others,
             len(study_variants(self.params_file)),
         )
-        if self.device_type == "cpu" and stage_left + study_left > LONG_ON_CPU_S:
-            note = ""
-            if self.variant.endswith("fp32"):
-                note = (
-                    " On CPUs without native bfloat16 (AVX2 only) the autocast variants run "
-                    "several times slower than fp32: `ampbench estimate` measures both."
-                )
-            log.warning("%s%s", DEMO_HINT, note)
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"stage ~{fmt_duration(elapsed + stage_left)}", refresh=True)
+        if hint := long_on_cpu_hint(self.device_type, self.variant, stage_left + study_left):
+            log.warning("%s", hint)
         return self.estimate
+
+    def _run_end(self, elapsed: float) -> str:
+        """`ampbench variant`'s words: the evaluation after the stage, and when the run ends."""
+        e = self.estimate or {}
+        evaluation = e["run_left_seconds"] - e["stage_left_seconds"]
+        return (
+            f"then its evaluation, about {fmt_duration(evaluation)}: the run ends in about "
+            f"{fmt_duration(e['run_left_seconds'])} ({fmt_duration(elapsed + e['run_left_seconds'])} in all)."
+        )
+
+    def _corrected_line(self, elapsed: float) -> str:
+        e = self.estimate or {}
+        measured = f"steps {self._step():.3f} s each" + (
+            f", test evaluation {self.eval_s:.1f} s" if self.eval_s is not None else ""
+        )
+        head = f"{self.variant}, after its first epoch ({measured}): this stage needs about "
+        head += f"{fmt_duration(e['stage_left_seconds'])} more ({fmt_duration(e['stage_seconds'])} in all)"
+        if os.environ.get("AMPBENCH_SCOPE") == "variant":
+            return f"{head}; {self._run_end(elapsed)}"
+        return f"{head}; the whole study about {fmt_duration(e['study_left_seconds'])} more."
 
 
 def for_stage(

@@ -30,6 +30,18 @@ DEMO_HINT = (
 )
 
 
+def long_on_cpu_hint(device_type: str, variant: str, study_seconds: float) -> str:
+    """The pointer to `make demo` where the study is long on a CPU, else ""."""
+    if device_type != "cpu" or study_seconds <= LONG_ON_CPU_S:
+        return ""
+    if not variant.endswith("fp32"):
+        return DEMO_HINT
+    return (
+        f"{DEMO_HINT} On CPUs without native bfloat16 (AVX2 only) the autocast variants run several "
+        "times slower than fp32: `ampbench estimate` measures both."
+    )
+
+
 def fmt_duration(seconds: float) -> str:
     """3 s, 4 min 10 s, 2 h 05 min, 3 d 4 h."""
     if not math.isfinite(seconds):
@@ -67,11 +79,18 @@ def eval_steps(cfg: Config, n_test: int) -> float:
     return n_test * (2 if cfg.train.eval_flip else 1) * FORWARD_SHARE / cfg.train.batch_size
 
 
+def seed_work(cfg: Config, steps_per_epoch: int, epoch: int = 0, step: int = 0) -> tuple[int, int]:
+    """(training steps, test evaluations) one seed still needs from (epoch, step): one evaluation
+    per epoch left (`train.eval_each_epoch`), else the last epoch's only."""
+    t = cfg.train
+    train = max(0, (t.epochs - epoch) * steps_per_epoch - step)
+    evals = (t.epochs - epoch) if t.eval_each_epoch else int(epoch < t.epochs)
+    return train, evals
+
+
 def seed_steps(cfg: Config, steps_per_epoch: int, n_test: int, epoch: int = 0, step: int = 0) -> float:
     """Training steps plus evaluations (in step units) one seed still needs from (epoch, step)."""
-    t = cfg.train
-    train = (t.epochs - epoch) * steps_per_epoch - step
-    evals = (t.epochs - epoch) if t.eval_each_epoch else 1
+    train, evals = seed_work(cfg, steps_per_epoch, epoch, step)
     return max(0.0, train + evals * eval_steps(cfg, n_test))
 
 
