@@ -132,3 +132,50 @@ def study_note(rows: list[dict], notice: str = "") -> str:
         f"{headline} Every variant, mean ± std over seeds (the variant runs carry the same numbers "
         "as `answer/*` metrics; their seed runs are nested under them):\n\n" + "\n".join(lines) + tail + "\n"
     )
+
+
+def _seed_speedup(metrics: dict, row: dict) -> float:
+    """A seed's images/s against the baseline's mean (the variant's speed-up, per seed)."""
+    ips, mean, speedup = metrics.get("speed/images_per_second"), row["images_per_second_mean"], row["speedup"]
+    if ips is None or math.isnan(speedup) or not mean:
+        return math.nan
+    return ips * speedup / mean
+
+
+def seed_tags(metrics: dict, row: dict) -> dict[str, str]:
+    """A seed run's own answer as short tags (its page shows tags on the first screen)."""
+    acc, ips = metrics.get("test/accuracy"), metrics.get("speed/images_per_second")
+    peak = metrics.get("memory/peak_mb")
+    tags = {
+        "speed-up": _times(_seed_speedup(metrics, row)),
+        "accuracy": f"{_num(acc, '.2f', 100)}%",
+        "images/s": _num(ips, ",.0f"),
+    }
+    if peak is not None:
+        tags["peak MB"] = _num(peak, ",.0f")
+    return tags
+
+
+def seed_note(name: str, metrics: dict, row: dict) -> str:
+    """A seed run's description: its own figures, then its variant's answer over every seed."""
+    tags = seed_tags(metrics, row)
+    against = "" if tags["speed-up"] == "n/a" else f" ({tags['speed-up']} the mean of {BASELINE})"
+    return (
+        f"{name}: test accuracy {tags['accuracy']}, {tags['images/s']} images/s{against}, first epoch "
+        f"excluded; peak memory {tags.get('peak MB', 'n/a')} MB.\n\nIts variant over {row['seeds']} "
+        f"seed(s): {summary_line(row)}"
+    )
+
+
+def experiment_note(rows: list[dict], notice: str = "") -> str:
+    """The experiment's description, one line: MLflow shows it in a box of one line and a half
+    above the runs table (and in the experiments list), the rest behind a click."""
+    best = _fastest(rows)
+    fastest = (
+        f"fastest {best['variant']} {_times(best['speedup'])}, acc "
+        f"{_num(best['test_accuracy_mean'], '.2f', 100)}%"
+        if best
+        else "see the compare run"
+    )
+    demo = " (a demo on a subset)" if "SUBSET" in notice else ""
+    return f"AMP x data parallelism, latest study{demo}: {fastest}. Per variant: the runs below."

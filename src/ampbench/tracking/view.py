@@ -33,6 +33,9 @@ from ampbench.tracking.answer_notes import (  # noqa: F401 (the answer's words, 
     ANSWER_TAGS,
     BASELINE,
     answer_tags,
+    experiment_note,
+    seed_note,
+    seed_tags,
     study_note,
     summary_line,
     variant_note,
@@ -47,13 +50,14 @@ KIND_FILTER = studies.KIND_FILTER
 # The answer as metrics: (key of a report.compare row, MLflow metric name, scale, digits kept).
 # Accuracy in percent: the UI's bar labels show two decimals, which for a fraction hides every
 # difference (0.84 vs 0.84); in percent two decimals resolve one image in 10,000.
+# In the chart view's order: the speed-up and the accuracy first.
 ANSWER = (
     ("speedup", "answer/speedup_vs_single_fp32", 1, 2),
-    ("images_per_second_mean", "answer/images_per_s", 1, 0),
     ("test_accuracy_mean", "answer/test_accuracy_pct", 100, 2),
-    ("test_accuracy_std", "answer/test_accuracy_std_pct", 100, 2),
     ("accuracy_delta", "answer/accuracy_delta_pct_points", 100, 2),
+    ("images_per_second_mean", "answer/images_per_s", 1, 0),
     ("peak_memory_mb_mean", "answer/peak_memory_mb", 1, 0),
+    ("test_accuracy_std", "answer/test_accuracy_std_pct", 100, 2),
 )
 DESCRIPTION = "attributes.`Description`"  # the runs table's column of run descriptions
 DESCRIPTION_WIDTH = 560
@@ -86,7 +90,16 @@ def decode(value: str) -> dict:
 
 
 def _section(uuid: str, name: str) -> dict:
-    return {"uuid": uuid, "name": name, "display": True, "isReordered": False, "columns": 2}
+    # One chart per row: a card of a three-per-row section at 1280 pixels (beside the runs list
+    # and the assistant panel) is 170 pixels wide, which cut its title to "answer…".
+    return {
+        "uuid": uuid,
+        "name": name,
+        "display": True,
+        "isReordered": False,
+        "columns": 1,
+        "cardHeight": 300,
+    }
 
 
 def _bar(uuid: str, section: str, metric: str) -> dict:
@@ -156,11 +169,9 @@ def answer_metrics(row: dict) -> dict[str, float]:
 
 
 def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice: str = "") -> None:
-    """The compare stage's answer in the UI: metrics, colour and note on every variant run, the
-    study's table as the compare run's note, and the shared view the printed link opens.
-
-    Not an experiment description: the UI shows it above the runs table, which pushes the
-    ninth variant off a 800-pixel screen."""
+    """The compare stage's answer in the UI: metrics, colour and note on every variant run and
+    its seed runs, the study's table as the compare run's note, the experiment's description,
+    and the shared view the printed link opens."""
     study = compare_run_id
     ours = {run_id for row in rows for run_id in row.get("variant_run_ids", [])}
     for row in rows:
@@ -169,12 +180,18 @@ def publish(tracker, rows: list[dict], compare_run_id: str | None = None, notice
     if compare_run_id:
         tracker.set_tags(compare_run_id, {NOTE_TAG: study_note(rows, notice), studies.STUDY_TAG: study})
         studies.mark_earlier(tracker, ours, study)
-    ensure_shared_view(tracker.client, tracker.client.get_experiment(tracker.experiment_id()), study)
+    experiment = tracker.client.get_experiment(tracker.experiment_id())
+    if rows and compare_run_id:
+        tracker.client.set_experiment_tag(experiment.experiment_id, NOTE_TAG, experiment_note(rows, notice))
+    ensure_shared_view(tracker.client, experiment, study)
 
 
 def publish_row(tracker, run_id: str, row: dict, study: str | None = None, note: str = "") -> None:
     """One variant's answer on its run (compare's, and `mlflow run`'s): the `answer/*` metrics,
-    the description (`note` added), the answer tags, its colour and its study."""
+    the description (`note` added), the answer tags, its colour and its study; and each of its
+    seed runs' own answer (seed_tags, seed_note)."""
+    from mlflow.entities import RunTag
+
     tracker.log_metrics(run_id, answer_metrics(row))
     tags = {
         NOTE_TAG: variant_note(row) + (f"\n\n{note}" if note else ""),
@@ -184,6 +201,13 @@ def publish_row(tracker, run_id: str, row: dict, study: str | None = None, note:
     if row["variant"] in COLORS:
         tags[COLOR_TAG] = COLORS[row["variant"]]
     tracker.set_tags(run_id, tags)
+    found = tracker.client.search_runs(
+        [tracker.experiment_id()], f"tags.`mlflow.parentRunId` = '{run_id}'", max_results=1000
+    )
+    for seed in found:
+        metrics = seed.data.metrics
+        seed_answer = {NOTE_TAG: seed_note(seed.info.run_name, metrics, row), **seed_tags(metrics, row)}
+        tracker.client.log_batch(seed.info.run_id, tags=[RunTag(k, v) for k, v in seed_answer.items()])
 
 
 def run_link(base: str, experiment_id: str, run_id: str) -> str:
