@@ -168,8 +168,8 @@ def seed_note(name: str, metrics: dict, row: dict) -> str:
 
 
 def experiment_note(rows: list[dict], notice: str = "") -> str:
-    """The experiment's description, one line: MLflow shows it in a box of one line and a half
-    above the runs table (and in the experiments list), the rest behind a click."""
+    """The experiment's description, one line of at most about 100 characters: MLflow shows it in
+    a box above the runs table that clips a second line (and, cut shorter, in the experiments list)."""
     best = _fastest(rows)
     fastest = (
         f"fastest {best['variant']} {_times(best['speedup'])}, acc "
@@ -178,4 +178,4 @@ def experiment_note(rows: list[dict], notice: str = "") -> str:
         else "see the compare run"
     )
     demo = " (a demo on a subset)" if "SUBSET" in notice else ""
-    return f"AMP x data parallelism, latest study{demo}: {fastest}. Per variant: the runs below."
+    return f"AMP x data parallelism{demo}, latest study: {fastest}."

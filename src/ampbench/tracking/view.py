@@ -6,12 +6,13 @@ UI's shared-view mechanism (its Share button): the view state is an experiment t
 ``viewStateShareKey=<SHARE_KEY>``. The view shows the nine variant runs only (not their seeds),
 sorted by speed-up, and one column: each variant run's description, which starts with its answer
 in one line (``summary_line``: speed-up over single-fp32, test accuracy ± std and its difference,
-images/s, peak memory). At 1280x800 in a fresh profile, with the assistant panel MLflow opens
-there, all nine rows fit; a metric column (a second header row) or an experiment description
-(a box above the table) would push the ninth off, so there are neither. The numbers are also
-``answer/*`` metrics on each variant run (rounded where the digits are noise): the chart view
-opens on an ``answer`` section of bar charts, one colour per variant. The compare run's
-description holds the study's table (``study_note``).
+images/s, peak memory). No metric column: a second header row would push a row off a 800-pixel
+screen, where the experiment's one-line description (``experiment_note``, also in MLflow's
+experiments list) already leaves eight of the nine on the first screen (docs/MLFLOW.md says why).
+The numbers are also ``answer/*`` metrics on each variant run (rounded where the digits are
+noise): the chart view opens on an ``answer`` section of bar charts, one per row, one colour per
+variant. Seed runs get their own answer as tags and description; the compare run's description
+holds the study's table (``study_note``).
 
 UI-INTERNAL FORMAT, read from mlflow 3.17's JS bundle (mlflow/server/js/build/static/js): the tag
 value is ``deflate;`` + base64 of the zlib-deflated JSON; the JSON's keys are the runs page's
