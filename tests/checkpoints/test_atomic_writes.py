@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ampbench import atomic
 from ampbench.checkpoints import files
 from conftest import venv_env
 
@@ -75,9 +76,9 @@ def test_full_disk_is_a_clear_checkpoint_error(tmp_path, monkeypatch, how):
             pytest.fail("/dev/full is missing (Linux only)")
 
         def dev_full(path, mode):
-            return builtins.open("/dev/full", mode)  # noqa: SIM115 (files.save closes it)
+            return builtins.open("/dev/full", mode)  # noqa: SIM115 (atomic_save closes it)
 
-        monkeypatch.setattr(files, "open", dev_full, raising=False)
+        monkeypatch.setattr(atomic, "open", dev_full, raising=False)
     else:
         monkeypatch.setattr(torch, "save", _half_then(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
     no_space = "No space left on device: could not write checkpoint"

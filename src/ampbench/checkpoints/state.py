@@ -17,6 +17,7 @@ from typing import ClassVar, Self
 
 import torch
 
+from ampbench import atomic
 from ampbench.checkpoints import files
 from ampbench.seed_result import SeedResult
 
@@ -44,7 +45,7 @@ class _SavedFile:
         it: a resumed seed may train for long before its next save would remove them.
         """
         with suppress(OSError):  # a read-only folder still reads
-            files.remove_stale_temps(Path(path))
+            atomic.remove_stale_temps(Path(path))
         raw = files.load(path, map_location)
         problem = cls._problem(raw)
         if problem:

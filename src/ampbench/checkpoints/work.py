@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
+from ampbench.paths import temp_workspace_root
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,13 @@ def finished(final: Path, variant: str, digest: str, fresh: bool) -> ModelFile |
 
 def resume_hint(argv: list[str]) -> str:
     """The exact command that resumes a stopped stage (a re-run finds the checkpoint): the one that
-    started the pipeline when it says so (`make run` sets AMPBENCH_RESUME_COMMAND), else this one."""
+    started the pipeline when it says so (`make run` sets AMPBENCH_RESUME_COMMAND), else this one;
+    in a DVC temporary workspace (deleted when the experiment stops), queuing it again."""
+    if temp_workspace_root() is not None:
+        return (
+            "To resume, queue the same experiment again (`dvc exp run --queue` with the same -S "
+            "settings, then `dvc queue start`): its work is kept outside DVC's temporary copy"
+        )
     started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
     if started_by:
         return f"To resume: {started_by}"

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm import tqdm
 
-from ampbench.checkpoints import files
+from ampbench import atomic
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
     hashers, got = _hashers(url, sha256), 0
     _remove_stale(final, "part", legacy=f"{final.name}.*.part")
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=files.temp_name(final, "part") + "-")
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=atomic.temp_name(final, "part") + "-")
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -233,7 +233,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for kind in ("extracting", "old"):
         _remove_stale(dest, kind)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=files.temp_name(dest, "extracting") + "-"))
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "extracting") + "-"))
     opened = False
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -246,7 +246,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=files.temp_name(dest, "old") + "-"))
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "old") + "-"))
             os.replace(dest, old / dest.name)
             shutil.rmtree(old)
         os.replace(tmp, dest)
@@ -267,6 +267,6 @@ def safe_extract(archive: Path, dest: Path) -> Path:
 
 def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
     """Temporaries of a killed writer; `legacy`: the glob of older versions' names (no pid in them)."""
-    files.remove_stale_temps(path, kind)
+    atomic.remove_stale_temps(path, kind)
     for stale in path.parent.glob(legacy) if legacy else ():
         stale.unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ampbench.checkpoints import files
+from ampbench import atomic
 from ampbench.data import resize
 from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
 
@@ -227,12 +227,12 @@ def prepare(
 
 
 def save_dataset(ds: dict, path: Path) -> None:
-    """Atomically (files.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
+    """Atomically (atomic.atomic_save: temp file, fsync, rename, folder fsync), clearing stale temps."""
     path = Path(path)
     for legacy in path.parent.glob(f"{path.name}.*.tmp"):  # older versions' temps (no pid in the name)
         legacy.unlink(missing_ok=True)
     try:
-        files.atomic_save(ds, path)  # removes its own stale temps of dead writers first
+        atomic.atomic_save(ds, path)  # removes its own stale temps of dead writers first
         _digest_file(path).write_text(json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n")
     except OSError as exc:
         raise DataError(

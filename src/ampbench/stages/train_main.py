@@ -17,7 +17,7 @@ import signal
 from ampbench.cli import all_overrides
 from ampbench.cli_options import add_variant_choice
 from ampbench.config import Config, ConfigError
-from ampbench.paths import DATA_FILE, MODELS_DIR, temp_workspace_root, work_root
+from ampbench.paths import DATA_FILE, MODELS_DIR, work_root
 from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
 from ampbench.variants import variant_name
@@ -36,6 +36,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
+    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch
     from ampbench.training import parallel
 
@@ -51,28 +52,16 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         with train_lock.hold(work, variant):  # one trainer per variant; its workers join it
             os.environ[train_lock.LAUNCHER_ENV] = str(os.getpid())
             try:
-                return launch.torchrun(argv, cfg, work, _resume_hint(argv))
+                return launch.torchrun(argv, cfg, work, work_folder.resume_hint(argv))
             finally:
                 del os.environ[train_lock.LAUNCHER_ENV]
     with train_lock.for_this_process(work, variant):
         return _train_here(cfg, args, argv, work)
 
 
-def _resume_hint(argv: list[str]) -> str:
-    """How to resume: in a DVC temporary workspace (deleted when the experiment stops), queue it
-    again; elsewhere the command that started it."""
-    from ampbench.checkpoints import work as work_folder
-
-    if temp_workspace_root() is not None:
-        return (
-            "To resume, queue the same experiment again (`dvc exp run --queue` with the same -S "
-            "settings, then `dvc queue start`): its work is kept outside DVC's temporary copy"
-        )
-    return work_folder.resume_hint(argv)
-
-
 def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     # Here, not in main: torchrun's agent needs neither MLflow nor the trainer (~2 s of imports).
+    from ampbench.checkpoints import work as work_folder
     from ampbench.stages import launch, train
     from ampbench.stages.params_watch import ParamsWatch
     from ampbench.stages.stop import StopFlag
@@ -94,20 +83,13 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
         )
     except loop.Stopped as stopped:
         if int(os.environ.get("RANK", "0")) == 0:
-            log.warning("%s in %s/. %s", stopped, work, _resume_hint(argv))
+            log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
         return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
     except Exception as err:
-        cause = peers.lost_peer(err)
-        if cause is None:
+        line = peers.stop_line(err, variant_name(args.parallel, args.precision), work)
+        if line is None:
             raise
-        log.error(
-            "%s: another process of this DDP job is gone (%s), so this one stops. Its work is kept in "
-            "%s/ (saved every train.checkpoint_every_s); when every node is back, run the same command "
-            "on each to resume.",
-            variant_name(args.parallel, args.precision),
-            cause,
-            work,
-        )
+        log.error("%s", line)
         return 1
     for seed, run_id, r in results:
         log.info(

@@ -10,7 +10,7 @@ the seed started or last saved (rank 0's clock): at the next step boundary (seve
 next one where they agree on stopping), or at an epoch end (0: at every epoch end). A crash loses
 at most that many seconds of training; a stop signal (SIGTERM, Ctrl-C) always saves. Every rank
 takes the state from the parallel strategy (``strategy.state_dict``: a sharded one gathers it);
-rank 0 writes it (atomically: ``checkpoints/files.py``). The model is read, loaded and evaluated
+rank 0 writes it (atomically: ``ampbench/atomic.py``). The model is read, loaded and evaluated
 only through the strategy. The time a save takes is the seed's ``checkpoint_seconds``, and a save
 mid-epoch does not count as that epoch's training time.
 

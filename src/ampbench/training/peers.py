@@ -42,6 +42,18 @@ def lost_peer(err: BaseException) -> str | None:
     return None
 
 
+def stop_line(err: BaseException, variant: str, work) -> str | None:
+    """What a worker that lost its peer says (None: err is not that): one line, and how to resume."""
+    cause = lost_peer(err)
+    if cause is None:
+        return None
+    return (
+        f"{variant}: another process of this DDP job is gone ({cause}), so this one stops. Its work "
+        f"is kept in {work}/ (saved every train.checkpoint_every_s); when every node is back, run the "
+        "same command on each to resume."
+    )
+
+
 def _short(message: str) -> str:
     """gloo's message starts with its source path and ends with advice for its developers."""
     first = message.strip().splitlines()[0] if message.strip() else "a collective failed"
