@@ -31,14 +31,15 @@ def lost_peer(err: BaseException) -> str | None:
     import torch.distributed as dist
 
     seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        text = str(err).lower()
-        if isinstance(err, dist.DistError) or (
-            isinstance(err, RuntimeError) and any(words in text for words in PEER_GONE)
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current).lower()
+        if isinstance(current, dist.DistError) or (
+            isinstance(current, RuntimeError) and any(words in text for words in PEER_GONE)
         ):
-            return _short(str(err))
-        err = err.__cause__ or err.__context__
+            return _short(str(current))
+        current = current.__cause__ or current.__context__
     return None
 
 

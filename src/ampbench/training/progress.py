@@ -227,7 +227,7 @@ class StageProgress:
         if self.bar is not None:
             self.bar.set_postfix_str(f"stage ~{fmt_duration(elapsed + stage_left)}", refresh=True)
         variant_only = os.environ.get("AMPBENCH_SCOPE") == "variant"  # `mlflow run`: no study
-        if corrected:
+        if corrected and first is not None:
             # Said where it moved the stage's own time (start-up aside) by over a quarter, or
             # where one run is all there is to watch; else for --debug only.
             own, moved = elapsed + stage_left - self.startup_s, elapsed + stage_left - first["stage_seconds"]
