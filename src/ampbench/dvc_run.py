@@ -16,7 +16,15 @@ SIGTERM to this process while a stage runs waits for the stage (which got it too
 DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
 (set by the Makefile) is the command the stop line names; default: this dvc command.
 
-3. The stages DVC starts run warm: in forks of a server, started here and ended with this
+3. DVC's bookkeeping is not the user's business: the command line of each stage ("> ampbench
+   ..."), the blank line after it, "Updating lock file", the git tips ("To track the changes with
+   git ...", autostage) and "Use `dvc push` ..." are dropped (AMPBENCH_DEBUG=1 keeps the log
+   lines), so that the run ends on the compare stage's answer. With nothing
+   to run, "Data and pipelines are up to date." is followed by where that answer is.
+4. A Ctrl-C outside a stage (while DVC or the warm server starts or ends) ends the command with one
+   line, or none after a finished run, never a traceback.
+
+5. The stages DVC starts run warm: in forks of a server, started here and ended with this
    command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
 """
 
@@ -38,6 +46,16 @@ STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
 INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
 FAILED = re.compile(r"failed to reproduce '(?P<stage>[^']+)'.*exited with (?P<status>-?\d+)", re.S)
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"
+# DVC's INFO lines that say nothing to the user (see 3. above), as their message starts
+BOOKKEEPING = (
+    "> ",
+    "Updating lock file",
+    "Generating lock file",
+    "To track the changes with git",
+    "To enable auto staging",
+)
+PUSH_TIP = "Use `dvc push`"
+UP_TO_DATE = "Data and pipelines are up to date."
 
 
 def _messages(record: logging.LogRecord) -> str:
@@ -57,10 +75,14 @@ class Quiet(logging.Filter):
         self.stopped_stage: str | None = None
         self.stage_said_it = False
         self.signum = 0
+        self.verbose = os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING and record.getMessage().startswith(HASH_WARNING):
             return False
+        if record.levelno == logging.INFO and not self.verbose:
+            message = record.getMessage().strip()
+            return bool(message) and not message.startswith(BOOKKEEPING)
         if record.levelno < logging.ERROR:
             return True
         text = _messages(record)
@@ -92,18 +114,47 @@ def stop_line(quiet: Quiet, argv: list[str]) -> str:
     return f"Stopped by {name}{where}; the stages that finished are kept. To resume: {resume}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    import dvc  # noqa: F401  (sets DVC's log handlers up)
-    from dvc.cli import main as dvc_main
+def _answer_where() -> str:
+    """After "up to date": where the last run's answer is, from the folder the user is in."""
+    table = os.path.join(os.getcwd(), "reports", "comparison.md")
+    if not os.path.exists(table):
+        return ""
+    return f"The answer, unchanged: {os.path.relpath(table, os.environ.get('DVC_ROOT') or os.getcwd())}"
 
+
+def _quiet_ui() -> None:
+    """DVC's last words through its ui: the push tip dropped, "up to date" told where the answer is."""
+    from dvc.ui import ui
+
+    write = ui.write
+
+    def filtered(*objects, **kwargs) -> None:
+        text = " ".join(str(o) for o in objects)
+        if text.startswith(PUSH_TIP):
+            return
+        write(*objects, **kwargs)
+        if text == UP_TO_DATE and (where := _answer_where()):
+            write(where, **kwargs)
+
+    ui.write = filtered  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quiet = Quiet()
-    for name in ("dvc", "dvc_data", "dvc_objects"):
-        for handler in logging.getLogger(name).handlers:
-            handler.addFilter(quiet)
-    signal.signal(signal.SIGTERM, quiet.on_sigterm)
-    with scope.serving():
-        status = dvc_main(argv)
+    try:
+        import dvc  # noqa: F401  (sets DVC's log handlers up)
+        from dvc.cli import main as dvc_main
+
+        for name in ("dvc", "dvc_data", "dvc_objects"):
+            for handler in logging.getLogger(name).handlers:
+                handler.addFilter(quiet)
+        _quiet_ui()
+        signal.signal(signal.SIGTERM, quiet.on_sigterm)
+        with scope.serving():
+            status = dvc_main(argv)
+    except KeyboardInterrupt:  # outside DVC's own handling: while it or the warm server starts
+        quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
     if not quiet.signum or status not in (255, INTERRUPTED):
         return status
     if not quiet.stage_said_it:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,19 +56,32 @@ def serving() -> Iterator[Path | None]:
     finally:
         os.environ.pop(SOCKET_ENV, None)
         try:
-            _stop(server)
+            _stop(server, folder / "socket")
             if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
                 sys.stderr.write(log.read_text(errors="replace"))
         finally:  # a second Ctrl-C while the server ends still leaves no folder behind
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _stop(server: subprocess.Popen) -> None:
-    """End of file on its stdin: it stops what runs (none, normally) and exits."""
+def _stop(server: subprocess.Popen, socket: Path) -> None:
+    """End of file on its stdin: it stops what runs (none, normally) and exits.
+
+    A server still importing (no socket yet: a command that ran no stage, `dvc repro` with all
+    up to date) has forked nothing and would read its stdin only once its imports end, seconds
+    later: it is ended at once. A Ctrl-C while it ends is the user in a hurry, not an error: it
+    ends the server at once, and the command's own ending (its status, its last lines) stands.
+    """
     with contextlib.suppress(OSError):
         server.stdin.close()
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGINT, lambda signum, frame: server.kill()) if main else None
     try:
+        if not socket.exists():
+            server.kill()
         server.wait(timeout=150)
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, before)
