@@ -32,7 +32,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt
 	touch $@
 
 # dvc runs through ampbench.dvc_run (src/ampbench/dvc_run.py), which also starts the command's warm
@@ -63,18 +63,20 @@ endif
 # study's `dvc metrics show` / `plots show` / `exp show` at the root list none of their files
 # and theirs none of the study's. DVC_ROOT=the repo root keeps their MLflow runs in the repo's
 # mlflow.db (tracking/store.py reads DVC_ROOT; DVC sets it to demo/ otherwise).
-# DATA is written into demo/params.yaml (data.url, tracked in demo/dvc.lock) and `dvc repro` runs:
-# `dvc exp run` from demo/ would also check out the study's outputs and stage demo/src in git.
+# DATA reaches the stages through demo/params.yaml (data.url: DVC tracks it in demo/dvc.lock, so a
+# new source re-runs download) for this run only: written before `dvc repro` and the committed file
+# put back after it, however it ends (a stop too), so `git status` stays clean. demo/dvc.lock is
+# git-ignored (the demo's, like its outputs). `dvc exp run` from demo/ would also check out the
+# study's outputs and stage demo/src in git.
 # One OpenMP thread per process: on a busy 2-core machine two threads spin against each other
 # (a step measured 13x slower); the demo's timings say nothing anyway.
+DEMO_KEPT = .dvc/tmp/params.yaml.as-committed
 demo: install
 	@cmp -s dvc.yaml demo/dvc.yaml || { echo "demo/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml demo/dvc.yaml; }
-ifdef DATA
-	sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) demo/params.yaml
-endif
 	@echo "cd demo && dvc repro"
-	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && $(call STOPPABLE,repro)
-	@echo "The comparison: demo/reports/comparison.md; in DVC: cd demo && dvc metrics show"
+	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && \
+	$(if $(DATA),mkdir -p .dvc/tmp && cp params.yaml $(DEMO_KEPT) && trap 'mv -f $(DEMO_KEPT) params.yaml' EXIT && \
+	trap 'signalled=1' INT TERM && sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) params.yaml && )$(call STOPPABLE,repro)
 
 explain: install
 	@test -f data/prepared/cifar10.pt || ampbench download $(if $(DATA),--set $(call q,data.url=$(DATA_URL)))
@@ -136,8 +138,14 @@ test-fast: install
 clean:
 	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.* reports/answer reports/views
 
+# The demo's outputs, its dvc.lock and its DVC cache, run cache included: without the run cache,
+# `dvc repro` would restore the nine models instead of training them (DVC's run cache keys each
+# stage by its command, deps and params, which a clean does not change).
 clean-demo:
-	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/dvc.lock
+	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/dvc.lock demo/.dvc/cache
+	@echo "Removed the demo's files; the next 'make demo' trains all nine variants again."
+	@echo "MLflow keeps the demo's runs (experiment cifar10-amp-demo in mlflow.db): the next demo adds a new"
+	@echo "study beside them. To start MLflow over too: rm -rf mlflow.db mlruns (every experiment's runs, the study's too)."
 
 clean-tutorial:
 	rm -rf tutorial/data tutorial/models tutorial/checkpoints tutorial/reports tutorial/dvc.lock

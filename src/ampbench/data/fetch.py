@@ -42,6 +42,19 @@ _NO_NETWORK_FIX = (
     "`make run DATA=/path/to/cifar-10-python.tar.gz` or "
     "`mlflow run . -P data_url=/path/to/cifar-10-python.tar.gz`"
 )
+RESUME_ENV = "AMPBENCH_RESUME_COMMAND"  # the command that started the pipeline (the Makefile sets it)
+
+
+def no_network_fix() -> str:
+    """What to do offline, in the terms of the command the user typed: `make demo` gets `make demo
+    DATA=...` (a `make run` or `dvc exp run` there would start the days-long study, or the wrong one)."""
+    started = os.environ.get(RESUME_ENV, "").split()
+    if started[:1] == ["make"] and len(started) > 1:
+        return (
+            "no network? download the archive elsewhere and pass the local file: "
+            f"`make {started[1]} DATA=/path/to/cifar-10-python.tar.gz`"
+        )
+    return _NO_NETWORK_FIX
 
 
 class DataError(Exception):
@@ -147,7 +160,7 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
                 with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                     size = int(resp.headers.get("Content-Length") or -1)
                     total = size if size >= 0 else None
-                    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name) as bar:
+                    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name, disable=None) as bar:
                         while chunk := resp.read(CHUNK):
                             out.write(chunk)
                             for h, _ in hashers.values():
@@ -157,9 +170,9 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
                 if _no_space(exc):  # our write failed, not the network: retrying cannot help
                     raise DataError(_no_space_message(Path(tmp), final)) from exc
-                raise _AttemptFailed(f"network error: {exc}", _NO_NETWORK_FIX) from exc
+                raise _AttemptFailed(f"network error: {exc}", no_network_fix()) from exc
             if size >= 0 and got != size:
-                raise _AttemptFailed(f"short read: got {got} of {size} bytes", _NO_NETWORK_FIX)
+                raise _AttemptFailed(f"short read: got {got} of {size} bytes", no_network_fix())
             if problem := _mismatch(hashers):
                 raise _AttemptFailed(problem, "check data.url and data.sha256, or retry later")
             out.flush()
@@ -243,7 +256,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             for member in members:  # check everything before writing anything
                 _check_member(member, archive)
             # filter="data" is a second line of defence should the checks above miss something.
-            bar = tqdm(members, desc=f"extract {archive.name}", unit="file")
+            bar = tqdm(members, desc=f"extract {archive.name}", unit="file", disable=None)
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
             old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "old") + "-"))
