@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
         if "RANK" in os.environ
         else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[BarSafeHandler()],
     )
+    if not args.verbose:  # MLflow's "Creating initial MLflow database tables...": not the user's business
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     try:
         cfg = load_config(args.params, all_overrides(args))
         return command_module(args.command).main(cfg, args, argv)
@@ -145,6 +148,21 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", line)
             return EXIT_ERROR
         raise
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """Log lines on stderr that never land inside a progress bar: while a tqdm bar is drawn, a line
+    goes through ``tqdm.write``, which clears the bar, prints the line and draws the bar again."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm = sys.modules.get("tqdm")  # imported by whoever draws a bar; not imported here for it
+        if tqdm is None or not getattr(tqdm.tqdm, "_instances", None):
+            super().emit(record)
+            return
+        try:
+            tqdm.tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging's own rule: a failed emit never raises
+            self.handleError(record)
 
 
 def _printable_output() -> None:

@@ -126,7 +126,7 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tupl
     # torchvision deprecates its image io in favour of torchcodec (not a dependency here).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        for i, (path, _) in enumerate(tqdm(samples, desc=f"decode {folder.name}", unit="img")):
+        for i, (path, _) in enumerate(tqdm(samples, desc=f"decode {folder.name}", unit="img", disable=None)):
             try:
                 img = torchvision.io.decode_image(torchvision.io.read_file(path), mode=rgb)
             except RuntimeError as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 
 from ampbench import outputs
 from ampbench.config import Config, ConfigError
@@ -20,6 +22,8 @@ from ampbench.paths import REPORTS_DIR
 from ampbench.variants import VARIANTS, study_variants
 
 OUTPUTS = ("comparison.md", "comparison.csv", "comparison.png", "summary.json")
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -50,12 +54,39 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     with outputs.staged(REPORTS_DIR, whole=(answer.ANSWER_DIR, answer.VIEWS_DIR)) as staging:
         rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
         answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
-    print((REPORTS_DIR / "comparison.md").read_text())
+    log.debug("%s", (REPORTS_DIR / "comparison.md").read_text())  # the terminal gets the answer only
     compare_runs.log_comparison(tracker, rows, variants, [REPORTS_DIR / name for name in OUTPUTS], notice)
+    print("\n".join(ending(rows, bool(notice))), flush=True)
     print(f"Browse the runs: {tracker.link()}")
     if command := ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")
     return 0
+
+
+def ending(rows: list[dict], subset: bool) -> list[str]:
+    """The command's last words before the link: the answer in a line or two, and where the files
+    are, from the folder the user typed the command in (DVC_ROOT: demo/'s parent for `make demo`)."""
+    from ampbench.report.compare import BASELINE
+
+    ranked = [r for r in rows if r["speedup"] == r["speedup"]]  # NaN: no baseline to compare with
+    best = max(ranked, key=lambda r: r["speedup"]) if ranked else None
+    lines = ["Answer: see the table (no single-fp32 baseline to compare with)."]
+    if best:
+        tested = {"yes": ", a significant difference", "no": ", no significant difference"}
+        lines[0] = (
+            f"Answer: the fastest, {best['variant']}, trains at {best['speedup']:.2f}x the images/s of "
+            f"{BASELINE}; test accuracy {100 * best['test_accuracy_mean']:.2f}% "
+            f"({100 * best['accuracy_delta']:+.2f} points{tested.get(best.get('significant', ''), '')})."
+        )
+    if subset:
+        lines.append(
+            "A demo on a subset: it shows the pipeline end to end, not what AMP buys (the study: make run)."
+        )
+    root = os.environ.get("DVC_ROOT") or os.getcwd()
+    reports, here = os.path.relpath(REPORTS_DIR.absolute(), root), os.path.relpath(os.getcwd(), root)
+    metrics = "dvc metrics show" if here == "." else f"cd {here} && dvc metrics show"
+    lines.append(f"The table and chart: {reports}/comparison.md, comparison.png; in DVC: {metrics}")
+    return lines
 
 
 def _records(variants: list[str]) -> dict[str, dict]:

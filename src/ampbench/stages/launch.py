@@ -44,7 +44,7 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
 
     n = worker_count(cfg)
     args = ["--standalone", f"--nproc-per-node={n}", "--max-restarts=0", "-m", "ampbench", *argv]
-    log.info("launching %d DDP worker(s): torchrun %s", n, " ".join(args))
+    log.debug("launching %d DDP worker(s): torchrun %s", n, " ".join(args))
     # The agent installs handlers for these and never puts ours back.
     handlers = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)

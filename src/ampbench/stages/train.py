@@ -80,7 +80,7 @@ def train_variant(
             stage = train_runs.Stage(
                 tracker, train_runs.variant_run(tracker, work, variant, cfg), data_file, cfg
             )
-            log.info("%s: MLflow runs at %s", variant, tracker.link())
+            log.debug("%s: MLflow runs at %s", variant, tracker.link())  # compare prints it, last
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         seeds = _SeedPlan(cfg, precision_name, strategy, dataset, work, stop, fresh)
         seeds.extra = {"per_process_batch": per_process, **tf32}

@@ -176,7 +176,7 @@ def log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves:
         log_aggregates(tracker, variant_run, summary, curves)
     clock.mark("logging")
     times = clock.breakdown(prefix="evaluate_")
-    log.info(
+    log.debug(  # a diagnostic: the variant run's evaluate_* metrics hold it for the UI
         "%s: evaluate stage %s", variant, ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in times.items())
     )
     for variant_run in variant_runs:

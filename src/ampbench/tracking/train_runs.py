@@ -38,7 +38,7 @@ def log_breakdown(stage: Stage, clock: StageClock, results: list[SeedResult]) ->
     seeds = {k: sum(getattr(r, k) or 0.0 for r in results) for k in TIME_PARTS}
     values = {**clock.breakdown(), **{f"time/seeds_{k}": v for k, v in seeds.items()}}
     nan = float("nan")
-    log.info(
+    log.debug(  # a diagnostic: the run's time/* metrics hold it for the UI
         "stage time %.1f s: start-up %.1f s, set-up %.1f s, seeds %.1f s (training %.1f s, "
         "evaluation %.1f s, checkpoints %.1f s, logging %.1f s, model files %.1f s), publish %.2f s",
         values.get("time/stage_seconds", nan),
@@ -149,7 +149,7 @@ def open_seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra:
     run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra)
     if resume:
         stage.tracker.resume(run_id)
-    log.info("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
+    log.debug("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
     return run_id, EpochHooks(stage.tracker, run_id, resume.hooks if resume else None)
 
 
