@@ -63,20 +63,23 @@ endif
 # study's `dvc metrics show` / `plots show` / `exp show` at the root list none of their files
 # and theirs none of the study's. DVC_ROOT=the repo root keeps their MLflow runs in the repo's
 # mlflow.db (tracking/store.py reads DVC_ROOT; DVC sets it to demo/ otherwise).
-# DATA reaches the stages through demo/params.yaml (data.url: DVC tracks it in demo/dvc.lock, so a
-# new source re-runs download) for this run only: written before `dvc repro` and the committed file
-# put back after it, however it ends (a stop too), so `git status` stays clean. demo/dvc.lock is
-# git-ignored (the demo's, like its outputs). `dvc exp run` from demo/ would also check out the
-# study's outputs and stage demo/src in git.
+# `git status` stays clean after a demo: DATA reaches the stages through demo/params.yaml (data.url:
+# DVC tracks it in demo/dvc.lock, so a new source re-runs download) for this run only, the file as
+# committed put back after it, however it ends (a stop too). DVC will neither read nor write a
+# git-ignored dvc.lock, so demo/dvc.lock is committed as an empty lock and marked skip-worktree:
+# git leaves what DVC writes there (this machine's demo run) out of `git status` and `git diff`
+# (`git update-index --no-skip-worktree demo/dvc.lock` shows it again). `dvc exp run` from demo/
+# would also check out the study's outputs and stage demo/src in git.
 # One OpenMP thread per process: on a busy 2-core machine two threads spin against each other
 # (a step measured 13x slower); the demo's timings say nothing anyway.
-DEMO_KEPT = .dvc/tmp/params.yaml.as-committed
 demo: install
 	@cmp -s dvc.yaml demo/dvc.yaml || { echo "demo/dvc.yaml: updated from dvc.yaml"; cp dvc.yaml demo/dvc.yaml; }
+	@git update-index --skip-worktree demo/dvc.lock 2>/dev/null || true
 	@echo "cd demo && dvc repro"
 	@cd demo && export DVC_ROOT=$(CURDIR) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} && \
-	$(if $(DATA),mkdir -p .dvc/tmp && cp params.yaml $(DEMO_KEPT) && trap 'mv -f $(DEMO_KEPT) params.yaml' EXIT && \
-	trap 'signalled=1' INT TERM && sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) params.yaml && )$(call STOPPABLE,repro)
+	$(if $(DATA),kept=$$(mktemp) && cp params.yaml "$$kept" && \
+	trap 'cat "$$kept" > params.yaml; rm -f "$$kept"' EXIT && trap 'signalled=1' INT TERM && \
+	sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) params.yaml && )$(call STOPPABLE,repro)
 
 explain: install
 	@test -f data/prepared/cifar10.pt || ampbench download $(if $(DATA),--set $(call q,data.url=$(DATA_URL)))
@@ -138,11 +141,12 @@ test-fast: install
 clean:
 	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.* reports/answer reports/views
 
-# The demo's outputs, its dvc.lock and its DVC cache, run cache included: without the run cache,
-# `dvc repro` would restore the nine models instead of training them (DVC's run cache keys each
-# stage by its command, deps and params, which a clean does not change).
+# The demo's outputs, its DVC cache, run cache included, and its dvc.lock back to the committed
+# empty lock: without the run cache, `dvc repro` would restore the nine models instead of training
+# them (DVC's run cache keys each stage by its command, deps and params, which a clean does not change).
 clean-demo:
-	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/dvc.lock demo/.dvc/cache
+	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/.dvc/cache
+	printf "schema: '2.0'\nstages: {}\n" > demo/dvc.lock
 	@echo "Removed the demo's files; the next 'make demo' trains all nine variants again."
 	@echo "MLflow keeps the demo's runs (experiment cifar10-amp-demo in mlflow.db): the next demo adds a new"
 	@echo "study beside them. To start MLflow over too: rm -rf mlflow.db mlruns (every experiment's runs, the study's too)."
