@@ -92,8 +92,10 @@ def _parser(with_options=COMMANDS) -> argparse.ArgumentParser:
     for name, (_, summary) in COMMANDS.items():
         command = sub.add_parser(name, help=summary)
         cli_options.add_common(command)
-        if name in with_options and hasattr(command_module(name), "add_arguments"):
-            command_module(name).add_arguments(command)
+        if name in with_options:  # the command that runs or shows its --help: what it does, in full
+            command.description = getattr(command_module(name), "DESCRIPTION", None)
+            if hasattr(command_module(name), "add_arguments"):
+                command_module(name).add_arguments(command)
     return p
 
 

@@ -51,12 +51,30 @@ def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
     first = next((r["batch"] for r in cross["rows"] if r["autocast"] >= 1.5 * r["fp32"]), None)
     assert cross["autocast_1_5x_from_batch"] == first
     md = out.with_suffix(".md").read_text()
-    assert "| R1 | data and augmentation on the GPU | 16 | fp32 |" in md and "| n/a |" in md
+    r1 = "| R1 | data and augmentation as tensors on the device (this CPU), no loader workers | 16 | fp32 |"
+    assert r1 in md and "| n/a |" in md
+    # the words say what the rows ran: the batch column's size, this machine's workers, no GPU
+    assert (
+        "2 workers, batch 16 (the GPU's 128 / 8)" in md
+        and "| R2 | batch 64 (the GPU rung's 512 / 8) | 64 |" in md
+    )
+    assert "8 workers" not in md and "on the GPU" not in md and "batch 128," not in md
+    best = max(cross["rows"], key=lambda r: r["autocast"] / r["fp32"])
+    assert f"(its best: {best['autocast'] / best['fp32']:.2f}x at batch {best['batch']})" in md
+    # the last line says where the report went; the profiler's and a CPU's GPU-count noise is gone
+    assert (
+        proc.stdout.strip()
+        .splitlines()[-1]
+        .startswith(f"The report: {out.with_suffix('.md')} (also .json, .png)")
+    )
+    assert "start the UI first" in proc.stdout.strip().splitlines()[-1]
+    for noise in ("USDT", "profiler_start", "gpuGetDeviceCount"):
+        assert noise not in proc.stdout + proc.stderr, noise
     assert out.with_suffix(".png").stat().st_size > 10_000
     from ampbench.report import ladder  # FINDINGS' why reads this JSON as it is
 
     why = ladder.section(ladder.load(out.with_suffix(".json")))
-    assert "Measured on a CPU" in why and "| R1 | data and augmentation on the GPU | 16 |" in why
+    assert "Measured on a CPU" in why and "| R1 | data and augmentation as tensors on the device" in why
     (run,) = runs(project, experiment="cifar10-amp-explain", kind="explain")
     assert res["run_id"] == run.info.run_id and run.info.status == "FINISHED"
     r1 = res["rungs"][1]["cells"][1]

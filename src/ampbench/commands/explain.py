@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from ampbench.cli_options import at_least_one
 from ampbench.config import Config
 
 HELP = "AMP's speed-up rung by rung and over batch sizes"
+DESCRIPTION = (  # `ampbench explain --help`
+    "Why AMP pays or not on this machine: each precision's speed-up over fp32, rung by rung from the "
+    "tutorial's conditions (DataLoader, batch 128, eager) to this project's defaults (data on the GPU, "
+    "batch 512, cuDNN autotuning, a CUDA graph) and torch.compile, then over batch sizes. Writes "
+    "reports/explain.md, .json and .png and an MLflow run in <tracking.experiment>-explain. On a CPU: "
+    "the first three rungs at an eighth of the batch, in minutes; CPU figures say nothing about any "
+    "GPU. Needs data/prepared (`ampbench download`)."
+)
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
@@ -43,6 +52,9 @@ def options(args, cuda: bool) -> dict:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    # torch.profiler's Kineto prints "profiler_start/stop" per profile and, on a CPU, "ERROR ...
+    # gpuGetDeviceCount failed": noise, not findings (level 6 silences both; the user's value wins)
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     from ampbench.measuring import crossover, kit, rungs
     from ampbench.report import explain_markdown as report
     from ampbench.tracking import measurement_runs
@@ -75,4 +87,17 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     suffixes = (".json", ".md", ".png")
     res["run_id"] = measurement_runs.record(cfg, "explain", res, out, params, metrics, report.write, suffixes)
     print(report.to_markdown(res))
+    print(where(cfg, res, out))
     return 0 if res["run_id"] else 1
+
+
+def where(cfg: Config, res: dict, out: Path) -> str:
+    """The last line: where the report went (files, and the MLflow run when it was recorded)."""
+    from ampbench.tracking.store import tracking_uri, ui_command
+
+    files = f"The report: {out.with_suffix('.md')} (also .json, .png)"
+    if not res["run_id"]:
+        return f"{files}; not in MLflow (see the error above)."
+    ui = ui_command(tracking_uri())
+    start = f"; start the UI first: {ui}" if ui else ""
+    return f"{files}; MLflow run {res['run_id']} in experiment {cfg.tracking.experiment}-explain{start}"

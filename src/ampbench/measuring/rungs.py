@@ -55,6 +55,13 @@ RUNGS = (
 )
 DEFAULTS_RUNG = "R4"  # params.yaml's defaults (FINDINGS' "why" reads it from the JSON)
 CPU_RUNGS = ("R0", "R1", "R2")  # cuDNN, CUDA graphs and inductor's GPU kernels mean nothing on a CPU
+# What the CPU rungs really run (the report's words must match its batch column and this machine)
+CPU_WHAT = {
+    "R0": "the tutorial's conditions sized for a CPU: DataLoader with PIL transforms, {workers} workers, "
+    "batch {batch_size} (the GPU's 128 / 8), eager",
+    "R1": "data and augmentation as tensors on the device (this CPU), no loader workers",
+    "R2": "batch {batch_size} (the GPU rung's 512 / 8)",
+}
 SYNC_EVENTS = (
     "cudaStreamSynchronize",
     "cudaDeviceSynchronize",
@@ -81,13 +88,8 @@ def rung_configs(cfg, device: torch.device) -> list[tuple[str, str, object]]:
             if name not in CPU_RUNGS:
                 continue
             # an eighth of the GPU batch (128 -> 16, 512 -> 64): the same step, sized for a CPU
-            out.append(
-                (
-                    name,
-                    what,
-                    replace(cfg, train={**train, "batch_size": train["batch_size"] // 8, "workers": 2}),
-                )
-            )
+            cpu = {**train, "batch_size": train["batch_size"] // 8, "workers": 2}
+            out.append((name, CPU_WHAT[name].format(**cpu), replace(cfg, train=cpu)))
             continue
         out.append((name, what, replace(cfg, train=train)))
     return out

@@ -39,7 +39,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.report import answer, compare, mixed
-    from ampbench.tracking import compare_runs
+    from ampbench.tracking import compare_runs, store
     from ampbench.tracking.tracker import Tracker
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -58,7 +58,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     compare_runs.log_comparison(tracker, rows, variants, [REPORTS_DIR / name for name in OUTPUTS], notice)
     print("\n".join(ending(rows, bool(notice))), flush=True)
     print(f"Browse the runs: {tracker.link()}")
-    if command := ui_command(tracker.uri):
+    if command := store.ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")
     return 0
 
@@ -93,16 +93,3 @@ def _records(variants: list[str]) -> dict[str, dict]:
     """The evaluate metrics files there are (a missing one: compare.compare says so)."""
     files = {v: REPORTS_DIR / "metrics" / f"{v}.json" for v in variants}
     return {v: json.loads(f.read_text()) for v, f in files.items() if f.exists()}
-
-
-def ui_command(uri: str) -> str:
-    """The command that serves a sqlite store's UI at the link's address; "" for a server's URI."""
-    import shlex
-    import sys
-    from pathlib import Path
-
-    if not uri.startswith("sqlite:"):
-        return ""  # a tracking server: the link opens it
-    mlflow = Path(sys.executable).absolute().with_name("mlflow")  # this venv's, absolute: any folder
-    program = shlex.quote(str(mlflow)) if mlflow.exists() else "mlflow"
-    return f"{program} ui --backend-store-uri {shlex.quote(uri)}"

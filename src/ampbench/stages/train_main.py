@@ -25,6 +25,14 @@ from ampbench.variants import variant_name
 log = logging.getLogger(__name__)
 
 
+DESCRIPTION = (  # `ampbench train --help`
+    "Train one variant (--parallel x --precision) once per seed in params.yaml's train.seeds: the "
+    "models in models/<variant>/seed-<s>/, checkpoints in checkpoints/<variant>/ (a stopped run "
+    "resumes from them), one MLflow run per seed under the variant's run. The pipeline's train "
+    "stage: `dvc repro train@single-fp32` runs it when its inputs changed."
+)
+
+
 def add_arguments(t: argparse.ArgumentParser) -> None:
     add_variant_choice(t)
     t.add_argument(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,6 +49,15 @@ def tracking_uri() -> str:
 def ui_base(uri: str) -> str:
     """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
+
+
+def ui_command(uri: str) -> str:
+    """The command that serves a sqlite store's UI at the link's address; "" for a server's URI."""
+    if not uri.startswith("sqlite:"):
+        return ""  # a tracking server: the link opens it
+    mlflow = Path(sys.executable).absolute().with_name("mlflow")  # this venv's, absolute: any folder
+    program = shlex.quote(str(mlflow)) if mlflow.exists() else "mlflow"
+    return f"{program} ui --backend-store-uri {shlex.quote(uri)}"
 
 
 def runs_link(uri: str, experiment_id: str) -> str:
