@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             status = dvc_main(argv)
     except KeyboardInterrupt:  # outside DVC's own handling: while it or the warm server starts
         quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
+    # The work is over, stopped or not: another Ctrl-C has nothing left to stop (and would only
+    # break the last line, or the interpreter's exit, with a traceback).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not quiet.signum or status not in (255, INTERRUPTED):
         return status
     if not quiet.stage_said_it:

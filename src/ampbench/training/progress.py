@@ -6,11 +6,11 @@ epochs x steps) beside the per-epoch bar, times the first steps (after the warm-
 syncs in all), and then logs, on rank 0 only:
 
 - the expected wall time of this stage (elapsed since the process started + the remaining steps
-  at the measured step time + the per-epoch evaluations + the per-seed setup it saw; at DEBUG
-  only for a stage of a minute or less), and again after the first epoch, from that epoch's steps
-  and its test evaluation as they really took (a modelled evaluation was the estimate's largest
-  error on a CPU),
-- except in a demo (a subset: no study to time), the time the whole study still needs here:
+  at the measured step time + the per-epoch evaluations + the per-seed setup it saw; in a demo,
+  a subset whose stages take seconds, at DEBUG only), and again after the first epoch, from that
+  epoch's steps and its test evaluation as they really took (a modelled evaluation was the
+  estimate's largest error on a CPU),
+- except in a demo (no study to time), the time the whole study still needs here:
   the remaining steps of every variant and seed in ``params.yaml`` (finished models count as
   done) at the measured speed, plus the evaluate and compare stages,
 - and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
@@ -54,7 +54,6 @@ def process_seconds() -> float:
 
 
 _LOADED = time.monotonic()
-SHORT_STAGE_S = 60.0  # a train stage expected to take no longer logs its estimate at DEBUG only
 
 
 class StageProgress:
@@ -246,10 +245,8 @@ class StageProgress:
         if variant_only:  # `ampbench variant` / `mlflow run`: one run to watch, no study
             log.info("%s; %s", stage, self._run_end(elapsed))
             return self.estimate
-        # A stage of a minute or less needs no forecast on the terminal (DEBUG and MLflow have it).
-        say = log.info if elapsed + stage_left > SHORT_STAGE_S else log.debug
-        if self.cfg.data.train_per_class or self.cfg.data.test_per_class:  # a demo: no study to time
-            say("%s.", stage)
+        if self.cfg.data.train_per_class or self.cfg.data.test_per_class:  # a demo: seconds, no study
+            log.debug("%s.", stage)
             return self.estimate
         log.info(
             "%s. The whole study still needs about %s on this machine (this stage, %d other "
