@@ -105,7 +105,12 @@ def test_make_demo_end_to_end(tmp_path: Path):
     archive = image_folder_archive(tmp_path, demo["data"]["train_per_class"], demo["data"]["test_per_class"])
     env = clean_env(PYTHONPATH=str(proj / "src"))
     env.pop("OMP_NUM_THREADS")  # what `make demo` sets is part of the test
-    subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
+    # a committed clone, the demo's dvc.lock as committed (make clean-demo writes it): git status
+    # must be as clean after the demo as before
+    subprocess.run(["make", "clean-demo"], cwd=proj, env=env, check=True, capture_output=True)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (git + ["init", "-q"], git + ["add", "-A"], git + ["commit", "-qm", "clone"]):
+        subprocess.run(cmd, cwd=proj, check=True, capture_output=True)
 
     proc = subprocess.run(
         ["make", "demo", f"DATA={archive}"], cwd=proj, env=env, capture_output=True, text=True, timeout=900
@@ -119,13 +124,28 @@ def test_make_demo_end_to_end(tmp_path: Path):
     comparison = (out / "reports" / "comparison.md").read_text()
     assert "DEMO ON A SUBSET, NOT THE STUDY'S RESULT" in comparison.split("|")[0]
     assert all(f"| {v} |" in comparison for v in VARIANTS)
-    assert proc.stdout.count("DEMO ON A SUBSET") == 1  # the comparison, printed once
-    ui = next(line for line in proc.stdout.splitlines() if line.startswith("Start the UI first"))
-    assert f"ui --backend-store-uri sqlite:///{proj / 'mlflow.db'}" in ui  # beside the link it serves
+    # The terminal: the answer at the end, in a few lines, not the table and no diagnostics
+    said = proc.stdout.splitlines()
+    assert said[-1].startswith("Start the UI first") and said[-2].startswith("Browse the runs: http")
+    assert f"ui --backend-store-uri sqlite:///{proj / 'mlflow.db'}" in said[-1]  # beside the link it serves
+    assert said[-5].startswith("Answer: the fastest, ") and said[-4].startswith("A demo on a subset")
+    files = (
+        "The table and chart: demo/reports/comparison.md, comparison.png; in DVC: cd demo && dvc metrics show"
+    )
+    assert said[-3] == files
     output = proc.stdout + proc.stderr
-    for noise in ("No file hash info", "warmup_fraction", "ERROR", "Traceback"):
+    assert len(output.splitlines()) <= 60, output
+    for noise in ("No file hash info", "warmup_fraction", "ERROR", "Traceback", "DEMO ON A SUBSET"):
         assert noise not in output, noise
-    assert str(archive) in (out / "params.yaml").read_text()  # DATA became data.url (tracked)
+    for diagnostic in ("stage time", "evaluate_stage_seconds", "the whole study still needs", "torchrun"):
+        assert diagnostic not in output, diagnostic
+    for dvc_noise in ("> ampbench", "Updating lock file", "git add", "autostage", "dvc push"):
+        assert dvc_noise not in output, dvc_noise
+    # DATA became data.url for the run (in dvc.lock), the committed params.yaml put back: git is clean
+    assert str(archive) in (out / "dvc.lock").read_text()
+    assert str(archive) not in (out / "params.yaml").read_text()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=proj, capture_output=True, text=True)
+    assert status.stdout == "", status.stdout
     assert {p.name for p in out.glob("data/prepared/*")} >= {"cifar10.pt", "source.json"}
 
     client = mlflow_client(proj)  # the repo's store, not one in demo/
@@ -151,3 +171,13 @@ def test_make_demo_end_to_end(tmp_path: Path):
         f"reports/answer/{v}.json" for v in VARIANTS
     )
     assert max(map(len, rows)) <= 200 and "failed" not in shown.stdout + shown.stderr
+
+    # make clean-demo takes DVC's run cache too: otherwise `dvc repro` restores the nine models
+    # (the run cache matches their command, deps and params) and nothing trains again
+    assert list((out / ".dvc" / "cache" / "runs").iterdir())
+    cleaned = subprocess.run(["make", "clean-demo"], cwd=proj, env=env, capture_output=True, text=True)
+    assert cleaned.returncode == 0 and "trains all nine variants again" in cleaned.stdout
+    assert "MLflow keeps the demo's runs" in cleaned.stdout and "rm -rf mlflow.db mlruns" in cleaned.stdout
+    assert not (out / ".dvc" / "cache").exists() and not (out / "models").exists()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=proj, capture_output=True, text=True)
+    assert status.stdout == "", status.stdout
