@@ -142,11 +142,13 @@ clean:
 	rm -rf data/prepared data/raw models reports/metrics reports/plots reports/comparison.* reports/answer reports/views
 
 # The demo's outputs, its DVC cache, run cache included, and its dvc.lock back to the committed
-# empty lock: without the run cache, `dvc repro` would restore the nine models instead of training
-# them (DVC's run cache keys each stage by its command, deps and params, which a clean does not change).
+# empty lock, no longer skip-worktree (so git can check out commits that change or lack it).
+# Without the run cache gone, `dvc repro` would restore the nine models instead of training them
+# (DVC's run cache keys each stage by its command, deps and params, which a clean does not change).
 clean-demo:
 	rm -rf demo/data demo/models demo/checkpoints demo/reports demo/.dvc/cache
 	printf "schema: '2.0'\nstages: {}\n" > demo/dvc.lock
+	@git update-index --no-skip-worktree demo/dvc.lock 2>/dev/null || true
 	@echo "Removed the demo's files; the next 'make demo' trains all nine variants again."
 	@echo "MLflow keeps the demo's runs (experiment cifar10-amp-demo in mlflow.db): the next demo adds a new"
 	@echo "study beside them. To start MLflow over too: rm -rf mlflow.db mlruns (every experiment's runs, the study's too)."
