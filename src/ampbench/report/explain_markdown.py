@@ -53,28 +53,33 @@ def to_markdown(res: dict) -> str:
             f"{r['rung']} {c['precision']}" for r in res["rungs"] for c in r["cells"] if c.get("noisy")
         ),
     ]
-    cross = res.get("crossover")
-    if cross:
-        names = [k for k in cross["rows"][0] if k != "batch"]
-        lines += [
-            "",
-            "Batch crossover (the defaults' bare step, images/s):",
-            "",
-            "| batch | " + " | ".join(names) + " | autocast / fp32 |",
-        ]
-        lines.append("|---" * (len(names) + 2) + "|")
-        for row in cross["rows"]:
-            vals = " | ".join(f"{row[n]:,.0f}" for n in names)
-            lines.append(f"| {row['batch']} | {vals} | {row['autocast'] / row['fp32']:.2f}x |")
-        best = max(cross["rows"], key=lambda row: row["autocast"] / row["fp32"])
-        lines += [
-            "",
-            "In this bare step (no data loading, unlike the rungs above), autocast reaches 1.5x fp32 "
-            f"{_from_batch(cross, 'autocast_1_5x_from_batch')}, "
-            f"2x {_from_batch(cross, 'autocast_2x_from_batch')} "
-            f"(its best: {best['autocast'] / best['fp32']:.2f}x at batch {best['batch']}).",
-        ]
+    if res.get("crossover"):
+        lines += _crossover_lines(res["crossover"])
     return "\n".join(lines) + "\n"
+
+
+def _crossover_lines(cross: dict) -> list[str]:
+    """The batch crossover's table, then what it shows in one sentence, its best ratio named."""
+    names = [k for k in cross["rows"][0] if k != "batch"]
+    lines = [
+        "",
+        "Batch crossover (the defaults' bare step, images/s):",
+        "",
+        "| batch | " + " | ".join(names) + " | autocast / fp32 |",
+    ]
+    lines.append("|---" * (len(names) + 2) + "|")
+    for row in cross["rows"]:
+        vals = " | ".join(f"{row[n]:,.0f}" for n in names)
+        lines.append(f"| {row['batch']} | {vals} | {row['autocast'] / row['fp32']:.2f}x |")
+    best = max(cross["rows"], key=lambda row: row["autocast"] / row["fp32"])
+    lines += [
+        "",
+        "In this bare step (no data loading, unlike the rungs above), autocast reaches 1.5x fp32 "
+        f"{_from_batch(cross, 'autocast_1_5x_from_batch')}, "
+        f"2x {_from_batch(cross, 'autocast_2x_from_batch')} "
+        f"(its best: {best['autocast'] / best['fp32']:.2f}x at batch {best['batch']}).",
+    ]
+    return lines
 
 
 def _self_check(noisy) -> str:
