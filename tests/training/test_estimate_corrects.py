@@ -87,11 +87,11 @@ def test_a_correction_that_changes_little_is_not_said_in_a_study(tmp_path: Path,
 
 def test_an_epoch_shorter_than_the_timing_window_is_the_measurement(tmp_path: Path, caplog):
     """Too few steps to time after the warm-up: the epoch's steps are the step time, its tail the
-    evaluation, and the one estimate comes at its end."""
+    evaluation, and the one estimate comes at its end (at DEBUG: a subset is a demo)."""
     stage = _stage(tmp_path)
     stage.min_timed_steps = 100
     stage.start_seed(0)
-    with caplog.at_level("INFO", logger="ampbench.training.progress"):
+    with caplog.at_level("DEBUG", logger="ampbench.training.progress"):
         _epoch(stage, 0.02, 0.2)
     stage.close()
     assert stage.estimate is not None and stage.eval_s == pytest.approx(0.2, abs=0.1)

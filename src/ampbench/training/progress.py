@@ -5,14 +5,11 @@ told about every step by ``loop.train_seed``. It draws a bar over the stage's wo
 epochs x steps) beside the per-epoch bar, times the first steps (after the warm-up, two device
 syncs in all), and then logs, on rank 0 only:
 
-- the expected wall time of this stage (elapsed since the process started + the remaining steps
-  at the measured step time + the per-epoch evaluations + the per-seed setup it saw; in a demo,
-  a subset whose stages take seconds, at DEBUG only), and again after the first epoch, from that
-  epoch's steps and its test evaluation as they really took (a modelled evaluation was the
-  estimate's largest error on a CPU),
-- except in a demo (no study to time), the time the whole study still needs here:
-  the remaining steps of every variant and seed in ``params.yaml`` (finished models count as
-  done) at the measured speed, plus the evaluate and compare stages,
+- the expected wall time of this stage (elapsed + the remaining steps at the measured step time
+  + the evaluations + the per-seed setup; in a demo at DEBUG only), and again after the first
+  epoch, from its steps and test evaluation as they really took,
+- except in a demo (no study to time), the time the whole study still needs here: the remaining
+  steps of every variant and seed in ``params.yaml`` at the measured speed, plus evaluate and compare,
 - and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
 
 The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.training.study_cost``.
