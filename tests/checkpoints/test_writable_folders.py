@@ -20,10 +20,14 @@ def test_a_file_in_a_folders_place_is_named(tmp_path):
     assert "then re-run" in message and "\n" not in message
 
 
-def test_writable_folders_pass_and_keep_nothing(tmp_path):
+def test_writable_folders_pass_and_create_nothing(tmp_path):
+    """A refused stage must leave no models/ behind (other faults' tests check that), so the probe
+    goes into the nearest folder that exists and is removed."""
     work.check_writable(tmp_path / "checkpoints" / "v", tmp_path / "models" / "v")
-    assert [p.name for p in (tmp_path / "checkpoints" / "v").iterdir()] == []
-    assert [p.name for p in (tmp_path / "models").iterdir()] == []
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "models").mkdir()
+    work.check_writable(tmp_path / "checkpoints" / "v", tmp_path / "models" / "v")
+    assert [p.name for p in tmp_path.iterdir()] == ["models"] and not list((tmp_path / "models").iterdir())
 
 
 @pytest.mark.slow  # a train stage as a subprocess

@@ -105,6 +105,8 @@ def test_make_demo_end_to_end(tmp_path: Path):
     archive = image_folder_archive(tmp_path, demo["data"]["train_per_class"], demo["data"]["test_per_class"])
     env = clean_env(PYTHONPATH=str(proj / "src"))
     env.pop("OMP_NUM_THREADS")  # what `make demo` sets is part of the test
+    for name in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):  # under `make test`: `make demo` as typed in a shell,
+        env.pop(name, None)  # not a sub-make (which adds "Entering/Leaving directory" lines)
     # a committed clone, the demo's dvc.lock as committed (make clean-demo writes it): git status
     # must be as clean after the demo as before
     subprocess.run(["make", "clean-demo"], cwd=proj, env=env, check=True, capture_output=True)

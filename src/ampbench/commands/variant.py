@@ -81,7 +81,6 @@ def _answer_row(variant: str) -> dict:
 def _publish_answer(cfg: Config, variant: str, quick: bool) -> None:
     """The answer on the variant's run (and on `mlflow run`'s own, where that is another run),
     then in the last lines: the answer, the run's link, and how to start the UI."""
-    from ampbench.stages.compare import ui_command
     from ampbench.tracking import store, view
     from ampbench.tracking.tracker import Tracker
 
@@ -96,7 +95,7 @@ def _publish_answer(cfg: Config, variant: str, quick: bool) -> None:
     print(f"{variant}: {view.summary_line(row)}{said}")
     link = view.run_link(store.ui_base(tracker.uri), tracker.experiment_id(), row["variant_run_ids"][0])
     print(f"Its run: {link}")
-    if command := ui_command(tracker.uri):
+    if command := store.ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")
 
 
