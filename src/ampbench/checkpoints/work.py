@@ -5,6 +5,7 @@ and publishing the finished models into the stage's DVC output.
   stage (``ResumeError``) unless ``--fresh`` discards it.
 - ``finished``: a seed already trained in this stage (its ``model.pt``), not trained again.
 - ``resume_hint``: the command a stopped stage's message gives to resume it.
+- ``restore``: a checkpoint into the trainer; one of other shapes is one line naming --fresh.
 - ``check_writable``: before any training, both folders can take files (else one line now, not
   a traceback after the whole training).
 - ``publish``: once every seed is done, hard-link the models into ``models/<variant>/`` and remove
@@ -145,3 +146,16 @@ def resume_hint(argv: list[str]) -> str:
         return f"To resume: {started_by}"
     command = shlex.join(["ampbench", *argv])
     return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"
+
+
+def restore(trainer, resume: SeedCheckpoint, path: Path) -> None:
+    """The checkpoint's state into this trainer; one of other shapes (the model's code changed
+    since it was written: the configuration digest cannot see that) is one line, not a traceback."""
+    try:
+        trainer.load(resume.trainer_state())
+    except (RuntimeError, KeyError, ValueError) as err:
+        first = " ".join(str(err).split())[:160]
+        raise files.CheckpointError(
+            f"{path} does not fit this model ({type(err).__name__}: {first}); it was written by "
+            "another version of the model's code: re-run with --fresh to discard it"
+        ) from None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm import tqdm
 
+from ampbench.checkpoints import work
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.config import Config
 from ampbench.seed_result import SeedResult
@@ -113,7 +114,7 @@ class SeedTraining:
         self.energy = energy.Energy(self.device, job.strategy.devices_used() // job.strategy.world_size)
         self.meta = {"config_digest": "", "variant": "", "run_id": None, **(meta or {})}
         if resume:
-            self.trainer.load(resume.trainer_state())
+            work.restore(self.trainer, resume, job.checkpoint_path)
             for key in ("epoch", "step", "history", "stats", "elapsed", "joules"):
                 self.state[key] = getattr(resume, key)
             log.info(  # 1-based epoch, as the stop message counts it

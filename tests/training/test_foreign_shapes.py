@@ -1,0 +1,37 @@
+"""A checkpoint whose configuration digest matches but whose weights have other shapes (the
+model's code changed since it was written) stops the resume in one line naming it and --fresh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampbench import config
+from ampbench.checkpoints import files
+from ampbench.checkpoints.state import SeedCheckpoint
+from ampbench.training import loop, parallel, precision
+from conftest import REPO, crash_at_step, make_dataset
+
+
+def _job(folder: Path, fc_dim: int, stop=lambda: False) -> loop.Job:
+    cfg = config.load_config(REPO / "params.yaml")
+    train = {"epochs": 2, "batch_size": 20, "seeds": (0,), "lr": 0.05, "checkpoint_every_s": 0.0}
+    cfg = config.replace(cfg, model={"fc_dim": fc_dim}, train=train)
+    strategy = parallel.Single()
+    strategy.setup()
+    return loop.Job(
+        cfg, precision.REGISTRY["fp32"], strategy, make_dataset(), 0, folder / "checkpoint.pt", stop
+    )
+
+
+def test_a_checkpoint_of_other_shapes_is_one_line_naming_it_and_fresh(tmp_path):
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(_job(tmp_path, 32, crash_at_step(4)))  # epoch 1 saved, then a crash
+    saved = SeedCheckpoint.load(tmp_path / "checkpoint.pt")
+    with pytest.raises(files.CheckpointError) as err:
+        loop.train_seed(_job(tmp_path, 48), resume=saved)  # the same settings, another model
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'checkpoint.pt'} does not fit this model (RuntimeError:")
+    assert message.endswith("re-run with --fresh to discard it") and "\n" not in message
+    assert len(message) < 400
