@@ -139,6 +139,18 @@ def _quiet_ui() -> None:
     ui.write = filtered  # type: ignore[method-assign]
 
 
+def _interrupted(err: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in err's chain (its cause or the exception it interrupted)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quiet = Quiet()
@@ -154,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         with scope.serving():
             status = dvc_main(argv)
     except KeyboardInterrupt:  # outside DVC's own handling: while it or the warm server starts
+        quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
+    except Exception as err:
+        # A Ctrl-C that broke one of DVC's imports half-way leaves a partially initialised module;
+        # DVC's own clean-up then fails on it (AttributeError, ImportError) with the interrupt as
+        # its context: a stop, not a fault.
+        if not _interrupted(err):
+            raise
         quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
     # The work is over, stopped or not: another Ctrl-C has nothing left to stop (and would only
     # break the last line, or the interpreter's exit, with a traceback).

@@ -186,7 +186,8 @@ def test_a_stage_in_another_context_runs_plain(command, case, said):
 def test_signals_reach_the_stage_once_nohup_and_job_control_hold(command, tmp_path):
     """nohup's ignored SIGHUP is the stage's too; Ctrl-Z stops and fg resumes it; one SIGTERM to
     the client is one SIGTERM to the stage: it saves, says how to resume, exits 143."""
-    project = long_project(tmp_path / "p")
+    # long enough to outlive the signals below however fast the machine (it ends by the SIGTERM)
+    project = long_project(tmp_path / "p", epochs=60)
     proc, stage = command.start(project, ("nohup",), project / "train.log")
     try:
         wait_for_checkpoint(
