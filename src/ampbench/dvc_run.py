@@ -153,6 +153,10 @@ def _interrupted(err: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
+    # at that moment turns into the child's traceback, and a network call this offline-capable
+    # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     quiet = Quiet()
     try:
         import dvc  # noqa: F401  (sets DVC's log handlers up)
