@@ -45,7 +45,7 @@ def check(models: Path, pipeline: dict[str, float]) -> tuple[list[dict], bool]:
         precision = vdir.name.partition("-")[2]
         epochs = {m.seed: [h["epoch_images_per_second"] for h in m.history[1:]] for m in files}
         means = {s: statistics.fmean(v) for s, v in epochs.items() if v}
-        peaks = [m.result["peak_memory_mb"] for m in files]
+        peaks = [m.result.peak_memory_mb for m in files]
         ref = pipeline.get(precision)
         row = {
             "variant": vdir.name,
@@ -54,9 +54,9 @@ def check(models: Path, pipeline: dict[str, float]) -> tuple[list[dict], bool]:
             "epoch_max": max(max(v) for v in epochs.values() if v),
             "images_per_second": statistics.fmean(means.values()),
             "peak_allocated_mb": peaks,
-            "peak_reserved_mb": [m.result.get("peak_reserved_mb") for m in files],
-            "warmup_peak_mb": [m.result.get("warmup_peak_memory_mb") for m in files],
-            "epoch_cv": [m.result.get("epoch_cv") for m in files],
+            "peak_reserved_mb": [getattr(m.result, "peak_reserved_mb", None) for m in files],
+            "warmup_peak_mb": [getattr(m.result, "warmup_peak_memory_mb", None) for m in files],
+            "epoch_cv": [getattr(m.result, "epoch_cv", None) for m in files],
             "bench_pipeline": ref,
         }
         checks = {"peak_within_2pct": (max(peaks) - min(peaks)) / statistics.fmean(peaks) < 0.02}

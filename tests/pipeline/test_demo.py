@@ -39,6 +39,21 @@ def test_folder_runs_the_same_pipeline(folder: str):
     assert params["tracking"]["experiment"] != "cifar10-amp"
     assert params["tracking"]["conditions"] == folder
     load_config(REPO / folder / "params.yaml")  # valid as written
+    # DVC reads a stage's params from this file alone (no defaults): each key a stage names must
+    # be written here, or `dvc repro` stops at that stage ("Parameters ... are missing").
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    named = {key for stage in stages.values() for key in stage.get("params", [])}
+    missing = [key for key in sorted(named) if not _has_key(params, key)]
+    assert not missing, f"{folder}/params.yaml lacks {missing}, which dvc.yaml's stages read"
+
+
+def _has_key(params: dict, dotted: str) -> bool:
+    node = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def test_demo_is_a_subset():
