@@ -206,7 +206,9 @@ def artifact_root_of_root(project: Path) -> list[str]:
 
 
 def store_folder_of_root(project: Path) -> list[str]:
-    """A store the user owns in a folder root owns: sqlite cannot create its journal beside it."""
+    """A store the user owns, used before (its lock file there too), in a folder root owns: sqlite
+    cannot create its journal beside it."""
+    (project / "mlflow.db.lock").touch()
     prefix = as_nobody(project)
     os.chown(project, 0, 0)
     return [prefix, f"its folder {project} cannot take new files (Permission denied)", "journal"]
