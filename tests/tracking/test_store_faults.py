@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.tracking import store
 from conftest import (
     SINGLE,
     clean_env,
@@ -256,3 +257,24 @@ def test_a_store_folder_without_room_for_a_journal_is_one_line(shared_project):
     prefix, *needles = store_folder_of_root(shared_project)
     proc, seconds = run_stage(shared_project, "evaluate", prefix)
     assert_one_line(proc, seconds, *needles)
+
+
+def test_a_store_turned_read_only_mid_run_is_named_with_its_fix(tmp_path):
+    """After the stage's check (the files changed under it): sqlite's own words, under MLflow's
+    wrapper, still give the store, its folder and the fix rather than "Query-invoked autoflush"."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    try:
+        try:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        except sqlite3.OperationalError as inner:
+            raise MlflowException("(raised as a result of Query-invoked autoflush; ...)") from inner
+    except MlflowException as err:
+        line = store.store_fault(err, uri)
+    assert line is not None and "\n" not in str(line)
+    assert f"MLflow store {uri} cannot be written (sqlite: attempt to write a readonly database)" in str(line)
+    assert f"make {db} and its folder {tmp_path} writable by this user" in str(line)
