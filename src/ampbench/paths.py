@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DATA_FILE = Path("data/prepared/cifar10.pt")
@@ -32,3 +33,20 @@ def work_root(digest: str, cwd: Path | None = None) -> Path:
     and experiments of other settings never meet each other's checkpoints."""
     repo = temp_workspace_root(cwd)
     return WORK_DIR if repo is None else repo / WORK_DIR / "queued" / digest
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be made or take new files, or None if it can: a probe file is written
+    into its nearest existing folder and removed (nothing else is created). A read-only or
+    foreign-owned folder, a file in a folder's place, a read-only filesystem all show here, also
+    to root, whom permission bits do not stop (an immutable folder does)."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == Path(p.anchor))
+    probe = existing / f".write-check-{os.getpid()}"
+    try:
+        if not existing.is_dir():
+            return f"{existing} is a file"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None

@@ -1,14 +1,38 @@
 """The tracking store's faults: an unreachable server fails the stage fast, before training; two
-first runs at once create a new sqlite store once.
+first runs at once create a new sqlite store once; a store or artifact root this user cannot
+write, or a folder in the store's place, is one line naming the path and the fix, in seconds,
+before any training, in every stage that opens the store (train, evaluate, compare, bench).
+
+Root ignores permission bits, so the unwritable cases run their stage as the user nobody
+(``setpriv``), in a project that user owns but for the file or folder under test; where that
+cannot be done the test says so in its skip reason.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import SINGLE, free_port, new_project, run_cli, runs, stage_log, venv_env, wait_exit
+from ampbench.tracking import store
+from conftest import (
+    SINGLE,
+    clean_env,
+    free_port,
+    mlflow_client,
+    new_project,
+    run_cli,
+    runs,
+    stage_log,
+    venv_env,
+    wait_exit,
+)
 
 
 @pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
@@ -42,3 +66,215 @@ def test_two_first_runs_at_once_create_the_store_once(tmp_path, procs):
     ]
     run_cli(project, *SINGLE, "--set", "train.seeds=[1]")  # the store stays usable
     assert len(runs(project, kind="seed")) == 3
+
+
+NOBODY = 65534  # the unprivileged user of Linux distributions
+BOUND_S = 30  # no fault may keep the user waiting longer without a line
+STAGES = {
+    "train": SINGLE,
+    "evaluate": ("evaluate", "--parallel", "single", "--precision", "fp32"),
+    "compare": ("compare", "--variants", "single-fp32"),  # reaches the store before any report
+    "bench": (
+        "bench",
+        "--variants",
+        "single-fp32",
+        "--steps",
+        "1",
+        "--windows",
+        "1",
+        "--warmup",
+        "0",
+        "--workers",
+        "0",
+        "--max-images",
+        "20",
+        "--out",
+        "reports/bench",
+    ),
+}
+
+
+@pytest.fixture
+def shared_project():
+    """A tiny project the user nobody can reach (tmp_path's parents are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="ampbench-store-faults-"))
+    folder.chmod(0o755)
+    try:
+        yield new_project(folder / "proj")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_nobody(project: Path) -> list[str]:
+    """The command prefix that runs a stage as nobody, who then owns the project; skips, saying
+    why, where that is impossible (not root, no setpriv, a venv nobody cannot read)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the project to another user (nobody) and run the stage as that user")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed: no way to run the stage as another user")
+    prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import ampbench, mlflow"],
+        cwd=project,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"user nobody cannot run this venv's python: {probe.stderr.strip()[-300:]}")
+    for path in (project, *project.rglob("*")):
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    return prefix
+
+
+def run_stage(project: Path, stage: str, prefix: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """The stage as `prefix` runs it (a user), with its wall time."""
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "ampbench", *STAGES[stage]],
+        cwd=project,
+        env=clean_env(HOME=str(project)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return proc, time.monotonic() - t0
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, seconds: float, *needles: str) -> str:
+    """Exit 1 within the bound, one error line holding every needle, and no traceback."""
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert proc.returncode == 1 and len(errors) == 1, output
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    assert seconds < BOUND_S, f"{seconds:.0f} s: {output}"
+    return errors[0]
+
+
+def store_left_by_sudo(project: Path) -> list[str]:
+    """After `sudo make run`: the study's experiment in a store whose files root owns."""
+    mlflow_client(project).create_experiment("cifar10-amp", (project / "mlruns").as_uri())
+    (project / "mlflow.db.lock").touch()
+    prefix = as_nobody(project)
+    for name in ("mlflow.db", "mlflow.db.lock"):
+        os.chown(project / name, 0, 0)
+    db = project / "mlflow.db"
+    return [prefix, f"{db} belongs to root, not to nobody", f"`sudo chown nobody {db} {db}.lock`"]
+
+
+def read_only_store(project: Path) -> list[str]:
+    """mlflow.db of the user's own, chmod 0444 (as nobody when root: root writes it anyway)."""
+    prefix = as_nobody(project) if os.geteuid() == 0 else []
+    db = project / "mlflow.db"
+    db.chmod(0o444)
+    return [prefix, f"{db} is read-only (mode 0444)", f"`chmod u+w {db}`"]
+
+
+def store_is_a_folder(project: Path) -> list[str]:
+    db = project / "mlflow.db"
+    db.unlink()
+    db.mkdir()
+    return [[], f"{db} is a folder, not a database file", f"`mv {db} {db}.folder`"]
+
+
+def artifact_root_is_a_file(project: Path) -> list[str]:
+    root = project / "mlruns"
+    root.write_text("not a folder")
+    return [
+        [],
+        f"MLflow artifact root {root} ",
+        f"({root} is a file)",
+        "make it a folder this user can write",
+    ]
+
+
+def artifact_root_of_root(project: Path) -> list[str]:
+    """mlruns/ left by a `sudo` run: a folder nobody cannot write into."""
+    prefix = as_nobody(project)
+    root = project / "mlruns"
+    root.mkdir()
+    os.chown(root, 0, 0)
+    return [
+        prefix,
+        f"MLflow artifact root {root} ",
+        "(Permission denied)",
+        "make it a folder this user can write",
+    ]
+
+
+def store_folder_of_root(project: Path) -> list[str]:
+    """A store the user owns, used before (its lock file there too), in a folder root owns: sqlite
+    cannot create its journal beside it."""
+    (project / "mlflow.db.lock").touch()
+    prefix = as_nobody(project)
+    os.chown(project, 0, 0)
+    return [prefix, f"its folder {project} cannot take new files (Permission denied)", "journal"]
+
+
+FAULTS = {
+    "store left by sudo": store_left_by_sudo,
+    "read-only store": read_only_store,
+    "store is a folder": store_is_a_folder,
+    "artifact root is a file": artifact_root_is_a_file,
+    "artifact root of root": artifact_root_of_root,
+}
+
+
+@pytest.mark.slow  # stages as subprocesses
+@pytest.mark.parametrize("fault", FAULTS)
+def test_an_unusable_store_stops_train_in_one_line_before_training(shared_project, fault):
+    """Issue #36: a sudo-owned mlflow.db printed 91 lines and two tracebacks, a read-only artifact
+    root was a traceback (exit 70 warm), mlflow.db a folder took 105 s of retries and a wrong fix."""
+    prefix, *needles = FAULTS[fault](shared_project)
+    proc, seconds = run_stage(shared_project, "train", prefix)
+    assert_one_line(proc, seconds, *needles)
+    assert len((proc.stdout + proc.stderr).strip().splitlines()) == 1, proc.stderr
+    assert not (shared_project / "models").exists()  # refused before training
+    if (shared_project / "mlflow.db").is_file():
+        assert runs(shared_project) == []  # and before any run was created
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["evaluate", "compare", "bench"])
+@pytest.mark.parametrize("fault", ["store left by sudo", "store is a folder", "artifact root is a file"])
+def test_the_other_stages_say_it_in_one_line(shared_project, fault, stage):
+    """evaluate and compare check the store before any work; bench measures first (its results
+    never depend on the store), writes them, then says in one line that they are not recorded."""
+    prefix, *needles = FAULTS[fault](shared_project)
+    proc, seconds = run_stage(shared_project, stage, prefix)
+    line = assert_one_line(proc, seconds, *needles)
+    if stage == "bench":
+        assert "bench not recorded in MLflow" in line and (shared_project / "reports/bench.json").exists()
+
+
+@pytest.mark.slow
+def test_a_store_folder_without_room_for_a_journal_is_one_line(shared_project):
+    """evaluate, whose first write is the store's (train would first refuse models/ there)."""
+    prefix, *needles = store_folder_of_root(shared_project)
+    proc, seconds = run_stage(shared_project, "evaluate", prefix)
+    assert_one_line(proc, seconds, *needles)
+
+
+def test_a_store_turned_read_only_mid_run_is_named_with_its_fix(tmp_path):
+    """After the stage's check (the files changed under it): sqlite's own words, under MLflow's
+    wrapper, still give the store, its folder and the fix rather than "Query-invoked autoflush"."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    try:
+        try:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        except sqlite3.OperationalError as inner:
+            raise MlflowException("(raised as a result of Query-invoked autoflush; ...)") from inner
+    except MlflowException as err:
+        line = store.store_fault(err, uri)
+    assert line is not None and "\n" not in str(line)
+    assert f"MLflow store {uri} cannot be written (sqlite: attempt to write a readonly database)" in str(line)
+    assert f"make {db} and its folder {tmp_path} writable by this user" in str(line)

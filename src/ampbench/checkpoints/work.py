@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
-from ampbench.paths import temp_workspace_root
+from ampbench.paths import temp_workspace_root, unwritable
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +78,17 @@ def refuse_foreign(work: Path, seeds, digest: str, variant: str, fresh: bool) ->
 
 
 def check_writable(work: Path, out: Path) -> None:
-    """The work folder and the models' folder can be made and take files, checked by writing a
-    probe into each one's nearest existing folder (nothing else is created): a read-only or
-    foreign-owned folder, a file in a folder's place, a read-only filesystem fail here, before
-    any training, instead of when the trained models are saved or published."""
+    """The work folder and the models' folder can be made and take files (``paths.unwritable``'s
+    probe): a read-only or foreign-owned folder, a file in a folder's place, a read-only
+    filesystem fail here, before any training, instead of when the trained models are saved or
+    published."""
     for folder, holds in ((work, "work in progress (checkpoints)"), (out.parent, "trained models")):
-        existing = next(p for p in (folder, *folder.parents) if p.exists() or p == Path(p.anchor))
-        probe = existing / f".write-check-{os.getpid()}"
-        try:
-            if not existing.is_dir():
-                raise NotADirectoryError(f"{existing} is a file")
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as err:
-            reason = str(err) if isinstance(err, NotADirectoryError) else err.strerror or type(err).__name__
+        reason = unwritable(folder)
+        if reason:
             raise files.CheckpointError(
                 f"{folder}/ cannot hold the {holds} ({reason}): make it a folder this user can "
                 "write to (or remove what is in its place), then re-run"
-            ) from None
+            )
 
 
 def publish(work: Path, out: Path, seeds) -> None:

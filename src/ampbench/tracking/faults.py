@@ -4,7 +4,9 @@ often wrapped in each other (an MlflowException around a requests error around a
 ``classify`` finds the fault in the whole chain by the exceptions' packages and words, and
 ``describe`` says what failed, which store, and what to do. Nothing here imports those packages:
 the CLI uses it on any error without paying for MLflow's import. ``disk_full`` does the same
-for a full disk under any wrapper.
+for a full disk under any wrapper. The ``store_*`` and ``artifact_root_*`` lines word what
+``tracking.store`` finds before MLflow is asked: a store this user cannot write (left by a
+``sudo`` run), a folder in its place, an artifact root that takes no files.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _SIGNS = (
         "",
     ),
     ("unopenable", ("unable to open database file",), "sqlite: unable to open database file"),
+    ("readonly", ("attempt to write a readonly database",), "sqlite: attempt to write a readonly database"),
     ("refused", ("connection refused", "failed to establish a new connection"), "connection refused"),
     ("silent", ("read timed out", "timed out", "timeout"), "no answer in time"),
     ("dropped", ("connection aborted", "remotedisconnected", "connection reset", "remote end closed"), ""),
@@ -116,12 +119,78 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
             f"MLflow store {uri} cannot be opened ({reason}): make {where} exist and writable, or fix "
             "MLFLOW_TRACKING_URI"
         )
+    elif kind == "readonly":
+        files = f"{db} and its folder {db.parent}" if db else uri
+        text = (
+            f"MLflow store {uri} cannot be written ({reason}): make {files} writable by this user, or "
+            f"point MLFLOW_TRACKING_URI at another store; {rerun}"
+        )
     else:
         text = (
             f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
             "--debug (or AMPBENCH_DEBUG=1) shows the traceback"
         )
     return text
+
+
+def store_is_folder(uri: str, db: Path) -> str:
+    """A sqlite store's path is a folder: sqlite cannot open it, and MLflow retries for minutes."""
+    return (
+        f"MLflow store {uri} cannot be opened: {db} is a folder, not a database file: move it aside "
+        f"(`mv {db} {db}.folder`) so that a new store is created there, or point MLFLOW_TRACKING_URI at "
+        "the store's database file; then re-run the same command"
+    )
+
+
+def store_folder_unwritable(uri: str, folder: Path, reason: str) -> str:
+    """The folder of a sqlite store takes no new files: sqlite keeps its journal and lock there."""
+    return (
+        f"MLflow store {uri} cannot be written: its folder {folder} cannot take new files ({reason}), "
+        "and sqlite writes its journal there: make that folder writable by this user, or point "
+        "MLFLOW_TRACKING_URI at a store in a writable folder; then re-run the same command"
+    )
+
+
+def store_files_unwritable(uri: str, refused: list[tuple[Path, OSError]]) -> str:
+    """Files of a sqlite store this user cannot write (`refused`: each with the error of opening it
+    for writing), with the command that gives them back: `sudo chown` for files of another user
+    (a `sudo make run`), `chmod u+w` for read-only ones, else the error in its own words."""
+    path, err = refused[0]
+    names = " ".join(str(p) for p, _ in refused)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    me = _user(os.geteuid())
+    if st is not None and st.st_uid != os.geteuid():
+        what = f"{path} belongs to {_user(st.st_uid)}, not to {me} (left by a `sudo` run?)"
+        fix = f"give it back (`sudo chown {me} {names}`)"
+    elif st is not None and not st.st_mode & 0o200:
+        what, fix = f"{path} is read-only (mode {st.st_mode & 0o777:04o})", f"`chmod u+w {names}`"
+    else:
+        what, fix = f"{path} refuses writes", f"make {names} writable by this user"
+    return (
+        f"MLflow store {uri} cannot be written: {what} ({err.strerror or type(err).__name__}): {fix}, "
+        "or point MLFLOW_TRACKING_URI at another store; then re-run the same command"
+    )
+
+
+def artifact_root_unwritable(root: Path, experiment: str, uri: str, reason: str) -> str:
+    """The experiment's artifact folder takes no files: evaluate and compare log theirs there."""
+    return (
+        f"MLflow artifact root {root} of experiment {experiment!r} (store {uri}) cannot hold the runs' "
+        f"files ({reason}): make it a folder this user can write to (or remove what is in its place), "
+        "then re-run the same command"
+    )
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def lock_holders(path: Path) -> str:

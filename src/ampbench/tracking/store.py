@@ -6,7 +6,9 @@ sqlite store is created and migrated by one process at a time (``store_lock``), 
 calls can be bounded for a block (``http_limits``) so that a dead server costs seconds.
 ``store_fault`` turns whatever MLflow, SQLAlchemy or requests raised for a broken store (server
 gone, database corrupt, locked or full) into one ``TrackingError`` line: what, which store, the fix
-(the wording: ``tracking.faults``).
+(the wording: ``tracking.faults``). What MLflow reports late or badly is checked first:
+``check_sqlite_store`` (the store's files writable, not a folder) when the store is opened,
+``check_artifact_root`` (the experiment's artifact folder takes files) in the stages' preflight.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ampbench.paths import unwritable
 from ampbench.tracking import faults
 
 UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
@@ -125,10 +128,12 @@ def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
 def ensure_store(uri: str):
     """An MlflowClient for `uri`, whose schema was created/migrated by one process at a time.
 
-    A store that cannot be opened (corrupt, locked, full) raises `store_fault`'s TrackingError.
+    A store that cannot be opened (corrupt, locked, full) raises `store_fault`'s TrackingError;
+    one that cannot be written, or a folder in its place, `check_sqlite_store`'s.
     """
     from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
 
+    check_sqlite_store(uri)
     with store_lock(uri):
         try:
             return MlflowClient(uri)  # a sqlite store creates and migrates its tables right here
@@ -137,6 +142,51 @@ def ensure_store(uri: str):
             if fault is None:
                 raise
             raise fault from err
+
+
+# What sqlite writes beside a database: its journals (a rollback journal, or WAL and shared memory)
+# and store_lock's lock file. One left by another user is as unwritable as the database itself.
+_COMPANIONS = ("", ".lock", "-journal", "-wal", "-shm")
+
+
+def check_sqlite_store(uri: str) -> None:
+    """A sqlite store's file is a file this user can write, in a folder that takes new files, or a
+    one-line TrackingError now: MLflow itself retries a folder in the file's place for 105 s, and
+    logs two tracebacks for a read-only database once the first run is written."""
+    db = _sqlite_file(uri)
+    if db is None:
+        return
+    if db.is_dir():
+        raise TrackingError(faults.store_is_folder(uri, db))
+    if db.parent.is_dir() and (reason := unwritable(db.parent)):  # a missing folder: store_lock says so
+        raise TrackingError(faults.store_folder_unwritable(uri, db.parent, reason))
+    refused = []
+    for path in (db.with_name(db.name + suffix) for suffix in _COMPANIONS):
+        try:
+            os.close(os.open(path, os.O_RDWR))  # opened for writing, not written
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            refused.append((path, err))
+    if refused:
+        raise TrackingError(faults.store_files_unwritable(uri, refused))
+
+
+def check_artifact_root(location: str, experiment: str, uri: str) -> None:
+    """The experiment's artifact root (a local folder; a remote one is not checked) can take files,
+    or a one-line TrackingError now, before any training: evaluate and compare log their files
+    there, and MLflow's own error would be a traceback after the work."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(location)
+    if not location or parsed.scheme not in ("", "file"):
+        return  # s3:, mlflow-artifacts: (a server's proxy), ...: that side checks
+    root = Path(unquote(parsed.path) if parsed.scheme else location)
+    for folder in (root, root / "models"):  # models/: where MLflow keeps logged models' files
+        if folder is root or folder.is_dir():
+            reason = unwritable(folder)
+            if reason:
+                raise TrackingError(faults.artifact_root_unwritable(folder, experiment, uri, reason))
 
 
 @contextmanager

@@ -86,6 +86,7 @@ class Tracker:
         self.timeout = preflight_timeout_s
         self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
         self._experiment_id = None
+        self._artifact_location = ""  # the experiment's, once experiment_id() found it
 
     @classmethod
     def from_config(cls, cfg) -> Tracker:
@@ -93,7 +94,8 @@ class Tracker:
         return cls(t.experiment, t.preflight_timeout_s, t.request_timeout_s)
 
     def preflight(self) -> None:
-        """Fail fast, before any training, if the store cannot be reached."""
+        """Fail fast, before any training, if the store cannot be reached or its artifact root
+        cannot take the runs' files."""
         try:
             # under the lock: one process creates the experiment
             with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
@@ -103,6 +105,7 @@ class Tracker:
                 f"MLflow tracking store {self.uri} is not usable ({store.brief(err)}). Start the server, "
                 "fix or unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
+        store.check_artifact_root(self._artifact_location, self.experiment, self.uri)
 
     def experiment_id(self) -> str:
         """The study's experiment (``tracking.experiment``), also under `mlflow run`."""
@@ -117,6 +120,7 @@ class Tracker:
             found = self.client.get_experiment(self._experiment_id)
         else:
             self._experiment_id = found.experiment_id
+        self._artifact_location = found.artifact_location
         try:
             view.ensure_shared_view(self.client, found)  # what the printed link opens
         except Exception as err:  # a view is no reason to stop a study
