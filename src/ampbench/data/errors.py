@@ -1,4 +1,4 @@
-"""The data package's one error, and the no-space line both downloads and extractions give.
+"""The data package's one error, and what its messages share: sizes, the no-space line.
 
 ``DataError``'s message says what went wrong, where, and how to fix it, in one line.
 """
@@ -25,3 +25,11 @@ def no_space_message(written: Path, final: Path) -> str:
         f"space on that filesystem, or point {final.parent} elsewhere (a symlink to a larger disk), "
         "then re-run `ampbench download`"
     )
+
+
+def size_text(n: float) -> str:
+    """Bytes as people read them: 12 B, 3.4 KiB, 163.0 MiB, 256.0 GiB."""
+    units, power = ("B", "KiB", "MiB", "GiB"), 0
+    while n >= 1024 and power < len(units) - 1:
+        n, power = n / 1024, power + 1
+    return f"{n:.0f} B" if power == 0 else f"{n:.1f} {units[power]}"

@@ -23,8 +23,7 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from ampbench import atomic
-from ampbench.data.errors import DataError, no_space, no_space_message
-from ampbench.data.rate_floor import size_text
+from ampbench.data.errors import DataError, no_space, no_space_message, size_text
 
 CHUNK = 1 << 20
 # Absolute bounds, whatever the disk holds. CIFAR-10 is 163 MB and 60,000 files (as ImageFolder

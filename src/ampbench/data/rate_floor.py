@@ -24,21 +24,14 @@ import time
 import urllib.request
 from typing import NamedTuple
 
+from ampbench.data.errors import size_text
+
 
 class Floor(NamedTuple):
     """What a download must keep up: `min_bytes_per_s` over every window of `window_s` (0: no floor)."""
 
     min_bytes_per_s: float
     window_s: float
-
-
-def size_text(n: float) -> str:
-    """Bytes as people read them: 12 B, 3.4 KiB, 163.0 MiB."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 class RateFloor:
