@@ -33,7 +33,7 @@ def _no_backoff(monkeypatch):
 @pytest.fixture
 def source():
     """A local HTTP server: /body sends its headers, then a byte every TRICKLE_S; /headers a byte
-    of its headers every TRICKLE_S; /steady 96 KiB at ~100 KiB/s. Each trickle ends after GIVE_UP_S."""
+    of its headers every TRICKLE_S; /steady 96 KiB at ~65 KiB/s. Each trickle ends after GIVE_UP_S."""
     stop = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -48,7 +48,7 @@ def source():
                     self._head(96 * 1024)
                     for _ in range(48):
                         self.wfile.write(b"\0" * 2048)
-                        time.sleep(0.02)
+                        time.sleep(0.03)
 
         def _head(self, length: int) -> None:
             self.send_response(200)
@@ -126,8 +126,10 @@ def test_headers_that_trickle_are_cut_off_too(source, tmp_path):
 
 
 def test_a_slow_steady_download_above_the_floor_completes(source, tmp_path):
-    """The floor's guard: ~100 KiB/s over several 0.25 s windows each needing 2.5 KiB passes."""
-    path = fetch.fetch(f"{source}/steady/a.tar.gz", tmp_path, retries=1, timeout_s=0.25)
+    """The floor's guard: 96 KiB at ~65 KiB/s, over three 0.5 s windows that each need 1 KiB: a
+    download that keeps up is never cut, however many windows it spans."""
+    url = f"{source}/steady/a.tar.gz"
+    path = fetch.fetch(url, tmp_path, retries=1, timeout_s=0.5, min_rate_kib_s=2)
     assert path.read_bytes() == b"\0" * 96 * 1024
 
 
