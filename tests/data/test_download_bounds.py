@@ -102,6 +102,7 @@ def _download(project: Path, url: str, *settings: str) -> tuple[subprocess.Compl
     return proc, time.monotonic() - start
 
 
+@pytest.mark.slow  # the download stage as a subprocess
 def test_a_trickling_download_fails_within_a_window_in_one_line(source, tmp_path):
     project = new_project(tmp_path / "p", store=False)
     url = f"{source}/body/cifar-10-python.tar.gz"
@@ -147,6 +148,7 @@ def _bomb(folder: Path, zeros: int = 0, files: int = 0) -> Path:
     return archive
 
 
+@pytest.mark.slow  # the download stage as a subprocess
 def test_a_bomb_bigger_than_the_free_space_is_refused_before_writing(tmp_path):
     archive = _bomb(tmp_path, zeros=64 << 20)
     project = new_project(tmp_path / "p", store=False)
