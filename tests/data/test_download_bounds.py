@@ -1,6 +1,7 @@
 """A data source is bounded in time and in size: a download that trickles fails within a window of
-data.timeout_s (data.min_rate_kib_s), and an archive that would unpack past the disk or any sane
-data set (a tar bomb) is refused from its headers; each in one line, leaving nothing behind."""
+data.timeout_s (data.min_rate_kib_s), one larger than the disk stops before filling it, and an
+archive that would unpack past the disk or any sane data set (a tar bomb) is refused from its
+headers; each in one line, leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def _no_backoff(monkeypatch):
 @pytest.fixture
 def source():
     """A local HTTP server: /body sends its headers, then a byte every TRICKLE_S; /headers a byte
-    of its headers every TRICKLE_S; /steady 96 KiB at ~65 KiB/s. Each trickle ends after GIVE_UP_S."""
+    of its headers every TRICKLE_S (each trickle ends after GIVE_UP_S); /steady 96 KiB at ~65 KiB/s;
+    /huge announces 4 TiB; /endless sends zeros without a length."""
     stop = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -44,15 +46,23 @@ def source():
                 elif self.path.startswith("/body"):
                     self._head(100_000)
                     self._trickle(b"\0" * 100_000)
+                elif self.path.startswith("/huge"):  # 4 TiB announced; it never comes
+                    self._head(4 << 40)
+                    self.wfile.write(b"\0" * 1024)
+                elif self.path.startswith("/endless"):  # no length: zeros until the client hangs up
+                    self._head(None)
+                    for _ in range(4096):  # 256 MiB at most
+                        self.wfile.write(b"\0" * (64 << 10))
                 else:
                     self._head(96 * 1024)
                     for _ in range(48):
                         self.wfile.write(b"\0" * 2048)
                         time.sleep(0.03)
 
-        def _head(self, length: int) -> None:
+        def _head(self, length: int | None) -> None:
             self.send_response(200)
-            self.send_header("Content-Length", str(length))
+            if length is not None:
+                self.send_header("Content-Length", str(length))
             self.end_headers()
             self.wfile.flush()
 
@@ -132,6 +142,29 @@ def test_a_slow_steady_download_above_the_floor_completes(source, tmp_path):
     url = f"{source}/steady/a.tar.gz"
     path = fetch.fetch(url, tmp_path, retries=1, timeout_s=0.5, min_rate_kib_s=2)
     assert path.read_bytes() == b"\0" * 96 * 1024
+
+
+def test_a_download_announced_larger_than_the_disk_is_refused_before_reading(source, tmp_path):
+    url = f"{source}/huge/cifar-10-python.tar.gz"
+    start = time.monotonic()
+    with pytest.raises(fetch.DataError) as err:
+        fetch.fetch(url, tmp_path, retries=3, timeout_s=5)
+    assert time.monotonic() - start < 3  # not retried, nothing awaited
+    text = str(err.value)
+    assert text.startswith(f"refusing to download '{url}': it is 4096.0 GiB, more than the "), text
+    assert text.endswith("download it onto a larger disk and point data.url at the file"), text
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_download_without_a_length_stops_before_the_disk_is_full(source, tmp_path):
+    with small_tmpfs(tmp_path / "raw", "16m") as raw:
+        with pytest.raises(fetch.DataError) as err:
+            fetch.fetch(f"{source}/endless/cifar-10-python.tar.gz", raw, retries=3, timeout_s=5)
+        text = str(err.value)
+        # refused at the first read past 16 MiB less 0.8 MiB spare: well before ENOSPC
+        assert re.search(r"it passed 1[56]\.\d MiB, more than the 16\.0 MiB free on ", text), text
+        assert f"{raw} (less 819.2 KiB kept spare); if you trust it: free space there" in text, text
+        assert os.listdir(raw) == []
 
 
 def _bomb(folder: Path, zeros: int = 0, files: int = 0) -> Path:

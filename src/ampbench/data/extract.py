@@ -45,8 +45,9 @@ class Bound(NamedTuple):
     text: str
     on_disk: bool
 
-    def fix(self, folder: Path) -> str:
-        yourself = "extract it yourself and point data.url at the folder"
+    def fix(
+        self, folder: Path, yourself: str = "extract it yourself and point data.url at the folder"
+    ) -> str:
         if self.on_disk:
             return f"if you trust it: free space there, point {folder} at a larger disk, or {yourself}"
         return f"if you trust it: {yourself}"

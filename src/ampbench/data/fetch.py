@@ -2,8 +2,9 @@
 
 ``fetch`` turns a source (the official CIFAR-10 URL, any http(s) or file:// URL, a local archive
 or a local folder) into a local path whose checksums were verified; a download attempt that falls
-under a minimum rate is cut off (``rate_floor``). ``safe_extract`` (``extract``) unpacks an archive
-without trusting it. What the files hold is ``ampbench.data.prepared``'s business.
+under a minimum rate is cut off (``rate_floor``), and one larger than the disk can take is refused.
+``safe_extract`` (``extract``) unpacks an archive without trusting it. What the files hold is
+``ampbench.data.prepared``'s business.
 
 Every failure raises ``DataError`` whose message says what went wrong, where, and how to fix it.
 Nothing partial is ever left at a final path: downloads and extractions go to a temporary name in
@@ -25,8 +26,8 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from ampbench import atomic
-from ampbench.data.errors import DataError, no_space, no_space_message
-from ampbench.data.extract import CHUNK, safe_extract
+from ampbench.data.errors import DataError, no_space, no_space_message, size_text
+from ampbench.data.extract import CHUNK, Bound, Room, safe_extract
 from ampbench.data.rate_floor import Floor, RateFloor
 
 __all__ = ["CHUNK", "CIFAR10_MD5", "CIFAR10_URL", "DataError", "fetch", "no_network_fix", "safe_extract"]
@@ -159,25 +160,14 @@ def _slow_link_fix() -> str:
 
 def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
-    hashers, got = _hashers(url, sha256), 0
+    hashers = _hashers(url, sha256)
     _remove_stale(final, "part", legacy=f"{final.name}.*.part")
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=atomic.temp_name(final, "part") + "-")
     try:
         with os.fdopen(fd, "wb") as out, RateFloor(*spec) as floor:
             try:
                 with floor.opener().open(url, timeout=spec.window_s) as resp:
-                    size = int(resp.headers.get("Content-Length") or -1)
-                    total = size if size >= 0 else None
-                    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name, disable=None) as bar:
-                        # read1: what has arrived, at once (read(CHUNK) waits for a whole MiB,
-                        # which a slow link brings in minutes: the floor would see no progress)
-                        while chunk := resp.read1(CHUNK):
-                            out.write(chunk)
-                            for h, _ in hashers.values():
-                                h.update(chunk)
-                            got += len(chunk)
-                            floor.arrived(len(chunk))
-                            bar.update(len(chunk))
+                    size, got = _stream(resp, out, hashers, floor, url, final)
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
                 if no_space(exc):  # our write failed, not the network: retrying cannot help
                     raise DataError(no_space_message(Path(tmp), final)) from exc
@@ -195,6 +185,37 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
         os.replace(tmp, final)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _stream(resp, out, hashers: dict, floor: RateFloor, url: str, final: Path) -> tuple[int, int]:
+    """Copy the body to `out`, hashing and counting as it arrives: (announced size or -1, got).
+
+    A body larger than `final`'s filesystem can take (extract.Room) is refused before a byte is
+    read when it is announced, else once it passes the bound: hours on a slow link must not end
+    in a full disk. Not retried: the next attempt would be as large."""
+    room = Room.of(final.parent).bytes
+    size = int(resp.headers.get("Content-Length") or -1)
+    if size > room.amount:
+        raise DataError(_too_large(url, f"it is {size_text(size)}", room, final.parent))
+    got, total = 0, size if size >= 0 else None
+    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name, disable=None) as bar:
+        # read1: what has arrived, at once (read(CHUNK) waits for a whole MiB, which a slow
+        # link brings in minutes: the floor would see no progress)
+        while chunk := resp.read1(CHUNK):
+            got += len(chunk)
+            if got > room.amount:
+                raise DataError(_too_large(url, f"it passed {size_text(got)}", room, final.parent))
+            out.write(chunk)
+            for h, _ in hashers.values():
+                h.update(chunk)
+            floor.arrived(len(chunk))
+            bar.update(len(chunk))
+    return size, got
+
+
+def _too_large(url: str, what: str, room: Bound, folder: Path) -> str:
+    yourself = "download it onto a larger disk and point data.url at the file"
+    return f"refusing to download {_shown(url)}: {what}, more than {room.text}; {room.fix(folder, yourself)}"
 
 
 def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:
