@@ -79,7 +79,7 @@ class DataConfig:
     min_rate_kib_s: float = 10.0
     """Slowest download kept going, KiB/s averaged over each timeout_s window: a source that
     trickles (a byte every 20 s never trips the read timeout) fails within one window instead of
-    taking days. 10 KiB/s still fetches CIFAR-10's 163 MB (in 4.5 h); 0: no floor."""
+    taking days. 10 KiB/s still fetches CIFAR-10's 163 MiB (in 4.6 h); 0: no floor."""
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ window that brings fewer than ``min_bytes_per_s * window_s`` bytes has the conne
 down, which wakes the blocked read wherever it is (TLS handshake, headers or body), and the attempt
 fails saying how much arrived in how long.
 
-Why a rate floor and not a fixed wall time: a deadline long enough for CIFAR-10's 163 MB on a slow
+Why a rate floor and not a fixed wall time: a deadline long enough for CIFAR-10's 163 MiB on a slow
 link (hours) does nothing against a stall for hours, and one short enough to catch stalls kills an
-honest slow download. A floor lets any link at or above it finish (163 MB at the default
-10 KiB/s: 4.5 h, with progress shown) and stops a stall within one window; every attempt is then
+honest slow download. A floor lets any link at or above it finish (163 MiB at the default
+10 KiB/s: 4.6 h, with progress shown) and stops a stall within one window; every attempt is then
 bounded by max(window, size / floor), all of them by `data.retries` times that.
 """
 
