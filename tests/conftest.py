@@ -141,6 +141,23 @@ def project(tmp_path: Path, request) -> Path:
     return new_project(tmp_path / "proj", store=request.node.get_closest_marker("no_store") is None)
 
 
+@contextlib.contextmanager
+def small_tmpfs(folder: Path, size: str, **options: object):
+    """A tmpfs of `size` at `folder` (more mount options as keywords: nr_inodes=300), unmounted
+    afterwards; root only: the test skips, saying so, elsewhere."""
+    folder.mkdir(parents=True, exist_ok=True)
+    given = ",".join([f"size={size}", *(f"{k}={v}" for k, v in options.items())])
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", given, "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    if mount.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mount.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
 def clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)

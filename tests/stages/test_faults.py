@@ -32,7 +32,7 @@ import torch
 from ampbench import cli
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import SeedCheckpoint
-from ampbench.data import fetch
+from ampbench.data import extract, fetch
 from ampbench.tracking import store
 from conftest import (
     LONG_EPOCHS,
@@ -47,6 +47,7 @@ from conftest import (
     long_project,
     mlflow_client,
     runs,
+    small_tmpfs,
     venv_env,
     wait_for_checkpoint,
 )
@@ -97,21 +98,6 @@ def _in_folder(project: Path) -> list[int]:
         if pid != os.getpid() and cwd and alive(pid) and Path(cwd) == project.resolve():
             found.append(pid)
     return found
-
-
-@contextlib.contextmanager
-def _tmpfs(folder: Path, size: str):
-    """A tmpfs of `size` at `folder` (root only: skips the test elsewhere), unmounted afterwards."""
-    folder.mkdir(parents=True, exist_ok=True)
-    mount = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
-    )
-    if mount.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mount.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def _fill(folder: Path) -> None:
@@ -332,7 +318,7 @@ def test_a_stuck_store_lock_is_an_error_naming_its_holder(tmp_path):
 # ---------------------------------------------------------------- 2. a full disk
 def test_torch_writer_on_a_full_filesystem_says_no_space_and_keeps_the_checkpoint(tmp_path):
     """torch.save's own zip writer fails with `unexpected pos` and no errno on a real full disk."""
-    with _tmpfs(tmp_path / "small", "512k") as small:
+    with small_tmpfs(tmp_path / "small", "512k") as small:
         path = small / "checkpoint.pt"
         files.save({"epoch": 1}, path)
         before = path.read_bytes()
@@ -350,7 +336,7 @@ def test_torch_writer_on_a_full_filesystem_says_no_space_and_keeps_the_checkpoin
 def test_checkpoints_on_a_filling_filesystem_fail_in_one_line_and_resume(tmp_path, procs):
     """`checkpoints/` on a small filesystem: the first checkpoint (~18 MB) fits, the second not."""
     project = long_project(tmp_path / "p")
-    with _tmpfs(tmp_path / "small", "26m") as small:
+    with small_tmpfs(tmp_path / "small", "26m") as small:
         (project / "checkpoints").symlink_to(small)
         proc = _cli(project, *TRAIN)
         _assert_one_line(proc, "No space left on device: could not write checkpoint", "free space")
@@ -367,9 +353,14 @@ def test_checkpoints_on_a_filling_filesystem_fail_in_one_line_and_resume(tmp_pat
     assert load_pt(project / SEED0)["run_id"] == run_id
 
 
-def test_extraction_onto_a_full_filesystem_says_no_space_and_leaves_nothing(tmp_path):
+def test_extraction_onto_a_full_filesystem_says_no_space_and_leaves_nothing(tmp_path, monkeypatch):
+    """The disk fills while extracting (another writer took the space after the check of the free
+    space, tests/data/test_download_bounds.py): the write's own failure is the same one line."""
+    plenty = extract.Bound(2**40, "", False)
+    ample = classmethod(lambda cls, folder: cls(folder, plenty, plenty, 4096))
+    monkeypatch.setattr(extract.Room, "of", ample)
     archive = image_folder_archive(tmp_path)
-    with _tmpfs(tmp_path / "small", "64k") as small:
+    with small_tmpfs(tmp_path / "small", "64k") as small:
         with pytest.raises(fetch.DataError, match=r"^No space left on device: could not write .*free space"):
             fetch.safe_extract(archive, small / "extracted-x")
         assert os.listdir(small) == []
@@ -544,7 +535,7 @@ def test_sigstop_stops_the_training_itself(tmp_path, procs):
 @pytest.mark.parametrize("runtime_dir", ["full", "not-a-folder"])
 def test_a_full_or_unusable_xdg_runtime_dir_changes_nothing(project, tmp_path, runtime_dir):
     if runtime_dir == "full":
-        with _tmpfs(tmp_path / "xdg", "64k") as xdg:
+        with small_tmpfs(tmp_path / "xdg", "64k") as xdg:
             _fill(xdg)
             assert shutil.disk_usage(xdg).free < 4096
             proc = _cli(project, *TRAIN, env=venv_env(XDG_RUNTIME_DIR=str(xdg)))

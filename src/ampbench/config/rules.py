@@ -89,6 +89,7 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("data.retries", d.retries >= 1, "must be >= 1"),
         ("report.equivalence_margin_pts", 0 < cfg.report.equivalence_margin_pts < 100, "must be in (0, 100)"),
         ("data.timeout_s", d.timeout_s > 0, "must be > 0"),
+        ("data.min_rate_kib_s", d.min_rate_kib_s >= 0, "must be >= 0 (0 = no floor)"),
         ("data.image_size", 8 <= d.image_size <= 4096, "must be in [8, 4096] (pixels, square images)"),
         ("model.name", bool(MODEL_NAME.fullmatch(m.name)), MODEL_NAME_RULE),
         (

@@ -1,8 +1,10 @@
 """Get a data source onto local disk, verified: downloads, checksums, retries, safe extraction.
 
 ``fetch`` turns a source (the official CIFAR-10 URL, any http(s) or file:// URL, a local archive
-or a local folder) into a local path whose checksums were verified; ``safe_extract`` unpacks an
-archive without trusting its member paths. What the files hold is ``ampbench.data.prepared``'s business.
+or a local folder) into a local path whose checksums were verified; a download attempt that falls
+under a minimum rate is cut off (``rate_floor``), and one larger than the disk can take is refused.
+``safe_extract`` (``extract``) unpacks an archive without trusting it. What the files hold is
+``ampbench.data.prepared``'s business.
 
 Every failure raises ``DataError`` whose message says what went wrong, where, and how to fix it.
 Nothing partial is ever left at a final path: downloads and extractions go to a temporary name in
@@ -11,33 +13,32 @@ the same folder and are renamed into place only once complete and verified.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import http.client
 import logging
-import lzma
 import os
-import shutil
-import tarfile
 import tempfile
 import time
 import urllib.parse
 import urllib.request
-import zlib
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
 from ampbench import atomic
+from ampbench.data.errors import DataError, no_space, no_space_message, size_text
+from ampbench.data.extract import CHUNK, Bound, Room, safe_extract
+from ampbench.data.rate_floor import Floor, RateFloor
+
+__all__ = ["CHUNK", "CIFAR10_MD5", "CIFAR10_URL", "DataError", "fetch", "no_network_fix", "safe_extract"]
 
 log = logging.getLogger(__name__)
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 _BACKOFF_S = 0.5  # sleep _BACKOFF_S * attempt between download attempts; tests set it to 0
-CHUNK = 1 << 20
-_NO_NETWORK_FIX = (
-    "no network? download the archive elsewhere and point data.url at the local file, e.g. "
+_LOCAL_COPY_FIX = (
+    "download the archive elsewhere and point data.url at the local file, e.g. "
     "`dvc exp run -S data.url=/path/to/cifar-10-python.tar.gz`, "
     "`make run DATA=/path/to/cifar-10-python.tar.gz` or "
     "`mlflow run . -P data_url=/path/to/cifar-10-python.tar.gz`"
@@ -45,20 +46,16 @@ _NO_NETWORK_FIX = (
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"  # the command that started the pipeline (the Makefile sets it)
 
 
-def no_network_fix() -> str:
+def no_network_fix(why: str = "no network?") -> str:
     """What to do offline, in the terms of the command the user typed: `make demo` gets `make demo
     DATA=...` (a `make run` or `dvc exp run` there would start the days-long study, or the wrong one)."""
     started = os.environ.get(RESUME_ENV, "").split()
     if started[:1] == ["make"] and len(started) > 1:
         return (
-            "no network? download the archive elsewhere and pass the local file: "
+            f"{why} download the archive elsewhere and pass the local file: "
             f"`make {started[1]} DATA=/path/to/cifar-10-python.tar.gz`"
         )
-    return _NO_NETWORK_FIX
-
-
-class DataError(Exception):
-    """Bad data source or archive; the message says what, where and how to fix."""
+    return f"{why} {_LOCAL_COPY_FIX}"
 
 
 class _AttemptFailed(Exception):
@@ -100,16 +97,24 @@ def _verify_file(path: Path, source: str, sha256: str) -> str:
 
 
 def fetch(
-    source: str, cache_dir: Path, *, sha256: str = "", retries: int = 3, timeout_s: float = 60.0
+    source: str,
+    cache_dir: Path,
+    *,
+    sha256: str = "",
+    retries: int = 3,
+    timeout_s: float = 60.0,
+    min_rate_kib_s: float = 10.0,
 ) -> Path:
     """Return a local, verified path for `source` (http(s)/file:// URL, archive file or folder).
 
     Local files are used in place (sha256-checked if given); folders are returned as is. URLs are
-    downloaded into `cache_dir`, verified while streaming and renamed into place only when whole.
+    downloaded into `cache_dir`, verified while streaming and renamed into place only when whole;
+    an attempt fails once a window of `timeout_s` brings under `min_rate_kib_s` (rate_floor.py).
     """
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
-        return _download(source, Path(cache_dir), sha256, max(retries, 1), timeout_s)
+        floor = Floor(min_rate_kib_s * 1024, timeout_s)
+        return _download(source, Path(cache_dir), sha256, max(retries, 1), floor)
     local = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else source
     path = Path(local).expanduser()
     try:
@@ -130,7 +135,7 @@ def fetch(
     return path
 
 
-def _download(url: str, cache_dir: Path, sha256: str, attempts: int, timeout_s: float) -> Path:
+def _download(url: str, cache_dir: Path, sha256: str, attempts: int, floor: Floor) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
     final = cache_dir / (PurePosixPath(urllib.parse.urlparse(url).path).name or "download")
     # Without a checksum a cached copy can't be shown to be this URL's content: download again.
@@ -139,38 +144,38 @@ def _download(url: str, cache_dir: Path, sha256: str, attempts: int, timeout_s: 
         return final
     for attempt in range(1, attempts + 1):
         try:
-            _download_once(url, final, sha256, timeout_s)
+            _download_once(url, final, sha256, floor)
             return final
         except _AttemptFailed as exc:
             error = exc
-            log.warning("download %s failed (attempt %d/%d): %s", url, attempt, attempts, exc)
+            log.warning("download %s failed (attempt %d/%d): %s", _shown(url), attempt, attempts, exc)
             if attempt < attempts:
                 time.sleep(_BACKOFF_S * attempt)
-    raise DataError(f"could not download {url} after {attempts} attempt(s): {error}; {error.fix}")
+    raise DataError(f"could not download {_shown(url)} after {attempts} attempt(s): {error}; {error.fix}")
 
 
-def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None:
+def _slow_link_fix() -> str:
+    return no_network_fix("a slow link? use a faster one, or") + ", or lower data.min_rate_kib_s"
+
+
+def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
     """Stream `url` to a temp file next to `final`; rename into place only if whole and verified."""
-    hashers, got = _hashers(url, sha256), 0
+    hashers = _hashers(url, sha256)
     _remove_stale(final, "part", legacy=f"{final.name}.*.part")
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=atomic.temp_name(final, "part") + "-")
     try:
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "wb") as out, RateFloor(*spec) as floor:
             try:
-                with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-                    size = int(resp.headers.get("Content-Length") or -1)
-                    total = size if size >= 0 else None
-                    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name, disable=None) as bar:
-                        while chunk := resp.read(CHUNK):
-                            out.write(chunk)
-                            for h, _ in hashers.values():
-                                h.update(chunk)
-                            got += len(chunk)
-                            bar.update(len(chunk))
+                with floor.opener().open(url, timeout=spec.window_s) as resp:
+                    size, got = _stream(resp, out, hashers, floor, url, final)
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
-                if _no_space(exc):  # our write failed, not the network: retrying cannot help
-                    raise DataError(_no_space_message(Path(tmp), final)) from exc
+                if no_space(exc):  # our write failed, not the network: retrying cannot help
+                    raise DataError(no_space_message(Path(tmp), final)) from exc
+                if floor.verdict:  # the floor cut the connection: say why, not how it broke
+                    raise _AttemptFailed(floor.verdict, _slow_link_fix()) from None
                 raise _AttemptFailed(f"network error: {exc}", no_network_fix()) from exc
+            if floor.verdict and not 0 <= size == got:  # cut: without a length, EOF looks whole
+                raise _AttemptFailed(floor.verdict, _slow_link_fix())
             if size >= 0 and got != size:
                 raise _AttemptFailed(f"short read: got {got} of {size} bytes", no_network_fix())
             if problem := _mismatch(hashers):
@@ -182,100 +187,35 @@ def _download_once(url: str, final: Path, sha256: str, timeout_s: float) -> None
         Path(tmp).unlink(missing_ok=True)
 
 
-def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
-    name = member.name
-    if name.startswith(("/", "\\")) or PureWindowsPath(name).drive:
-        problem = "has an absolute path"
-    elif ".." in PurePosixPath(name.replace("\\", "/")).parts:
-        problem = "contains '..'"
-    elif member.issym() or member.islnk():
-        problem = f"is a link (to {member.linkname!r})"
-    elif not (member.isreg() or member.isdir()):  # devices, fifos and anything exotic
-        problem = "is not a regular file or folder"
-    else:
-        return
-    raise DataError(f"refusing archive {archive}: member {name!r} {problem}; use a trusted archive")
+def _stream(resp, out, hashers: dict, floor: RateFloor, url: str, final: Path) -> tuple[int, int]:
+    """Copy the body to `out`, hashing and counting as it arrives: (announced size or -1, got).
+
+    A body larger than `final`'s filesystem can take (extract.Room) is refused before a byte is
+    read when it is announced, else once it passes the bound: hours on a slow link must not end
+    in a full disk. Not retried: the next attempt would be as large."""
+    room = Room.of(final.parent).bytes
+    size = int(resp.headers.get("Content-Length") or -1)
+    if size > room.amount:
+        raise DataError(_too_large(url, f"it is {size_text(size)}", room, final.parent))
+    got, total = 0, size if size >= 0 else None
+    with tqdm(total=total, unit="B", unit_scale=True, desc=final.name, disable=None) as bar:
+        # read1: what has arrived, at once (read(CHUNK) waits for a whole MiB, which a slow
+        # link brings in minutes: the floor would see no progress)
+        while chunk := resp.read1(CHUNK):
+            got += len(chunk)
+            if got > room.amount:
+                raise DataError(_too_large(url, f"it passed {size_text(got)}", room, final.parent))
+            out.write(chunk)
+            for h, _ in hashers.values():
+                h.update(chunk)
+            floor.arrived(len(chunk))
+            bar.update(len(chunk))
+    return size, got
 
 
-def _no_space(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _no_space_message(written: Path, final: Path) -> str:
-    free_mib = shutil.disk_usage(final.parent).free / 2**20
-    return (
-        f"No space left on device: could not write {written} ({free_mib:.1f} MiB free there); free "
-        f"space on that filesystem, or point {final.parent} elsewhere (a symlink to a larger disk), "
-        "then re-run `ampbench download`"
-    )
-
-
-def _check_complete(tar: tarfile.TarFile, archive: Path) -> None:
-    """Raise _Corrupt unless the archive ends with tar's end-of-archive zero blocks.
-
-    tarfile stops silently at the first member header it cannot read (a flipped byte, a cut) and
-    never reads a .gz to its end, where the gzip CRC is checked: read on from where it stopped to
-    the end of the (decompressed) stream, so the decompressor checks its CRC, and look at the rest.
-    """
-    stream = tar.fileobj
-    stream.seek(tar.offset)
-    rest, garbage = 0, False
-    while chunk := stream.read(CHUNK):
-        rest += len(chunk)
-        garbage = garbage or chunk.count(0) != len(chunk)
-    if garbage or rest < tarfile.BLOCKSIZE:
-        where = f"unreadable data after member {tar.members[-1].name!r}" if tar.members else "no members"
-        raise _Corrupt(f"{where}, no end-of-archive marker: truncated or damaged")
-
-
-class _Corrupt(Exception):
-    """The archive's bytes are damaged (checksum, CRC, cut short); the message says where."""
-
-
-# Raised while reading a damaged compressed stream (zlib and lzma errors are no OSError).
-_DAMAGED = (_Corrupt, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, OSError)
-
-
-def safe_extract(archive: Path, dest: Path) -> Path:
-    """Extract a tar/tar.gz/tgz into `dest`, refusing unsafe members; all or nothing, atomically.
-
-    A damaged archive (bad CRC, truncated) raises DataError saying so and leaves no extraction,
-    not even an older one at `dest` (it no longer matches the archive).
-    """
-    archive, dest = Path(archive), Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for kind in ("extracting", "old"):
-        _remove_stale(dest, kind)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "extracting") + "-"))
-    opened = False
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            opened = True
-            members = tar.getmembers()
-            _check_complete(tar, archive)
-            for member in members:  # check everything before writing anything
-                _check_member(member, archive)
-            # filter="data" is a second line of defence should the checks above miss something.
-            bar = tqdm(members, desc=f"extract {archive.name}", unit="file", disable=None)
-            tar.extractall(tmp, members=bar, filter="data")
-        if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
-            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "old") + "-"))
-            os.replace(dest, old / dest.name)
-            shutil.rmtree(old)
-        os.replace(tmp, dest)
-    except _DAMAGED as exc:
-        if _no_space(exc):
-            raise DataError(_no_space_message(tmp, dest)) from exc
-        if not opened or (isinstance(exc, OSError) and exc.errno is not None):
-            raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
-        shutil.rmtree(dest, ignore_errors=True)
-        raise DataError(
-            f"the archive {archive} is corrupt (CRC/checksum failure: {exc}): it was damaged or cut short "
-            "on the way; re-download it (or point data.url at a good copy), then re-run `ampbench download`"
-        ) from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+def _too_large(url: str, what: str, room: Bound, folder: Path) -> str:
+    yourself = "download it onto a larger disk and point data.url at the file"
+    return f"refusing to download {_shown(url)}: {what}, more than {room.text}; {room.fix(folder, yourself)}"
 
 
 def _remove_stale(path: Path, kind: str, legacy: str = "") -> None:

@@ -194,16 +194,16 @@ def prepare(
     out_file: Path,
     cache_dir: Path,
     *,
-    sha256: str = "",
-    retries: int = 3,
-    timeout_s: float = 60.0,
     train_per_class: int = 0,
     test_per_class: int = 0,
     image_size: int = 32,
+    **download,
 ) -> dict:
-    """Fetch, extract, read, subset and save the data set; return a summary of what was written."""
+    """Fetch, extract, read, subset and save the data set; return a summary of what was written.
+
+    `download`: fetch's keywords (sha256, retries, timeout_s, min_rate_kib_s)."""
     cache_dir = Path(cache_dir)
-    local = fetch(source, cache_dir, sha256=sha256, retries=retries, timeout_s=timeout_s)
+    local = fetch(source, cache_dir, **download)
     if local.is_file():
         tag = hashlib.sha256(source.encode()).hexdigest()[:12]
         local = safe_extract(local, cache_dir / f"extracted-{tag}")

@@ -26,6 +26,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         sha256=d.sha256,
         retries=d.retries,
         timeout_s=d.timeout_s,
+        min_rate_kib_s=d.min_rate_kib_s,
         train_per_class=d.train_per_class,
         test_per_class=d.test_per_class,
         image_size=d.image_size,
