@@ -48,11 +48,9 @@ def forward(argv: list[str]) -> int | None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     lines = _Lines(sock)
+    ignored = [int(s) for s in (*PASSED_ON, signal.SIGTSTP) if signal.getsignal(s) is signal.SIG_IGN]
     try:
-        server = _greeted(sock, lines, path)
-        if server is None:
-            return None
-        ignored = [int(s) for s in (*PASSED_ON, signal.SIGTSTP) if signal.getsignal(s) is signal.SIG_IGN]
+        # made before connecting: once greeted, the server waits for nothing but the sending
         request = {
             "argv": argv,
             "cwd": os.getcwd(),
@@ -63,6 +61,9 @@ def forward(argv: list[str]) -> int | None:
             "unbuffered": bool(getattr(sys.stdout, "write_through", False)),  # python -u (torchrun's workers)
             "context": context.current(),
         }
+        server = _greeted(sock, lines, path)
+        if server is None:
+            return None
         socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
         answer = lines.next(timeout=REPLY_WAIT_S)
         if answer is None:  # greeted, then silent: it may have forked the stage already
