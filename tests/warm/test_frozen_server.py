@@ -20,7 +20,7 @@ import pytest
 from test_warm import PY, TRAIN, Command
 
 from ampbench.warm import child, client, server
-from conftest import new_project, venv_env
+from conftest import alive, new_project, venv_env
 
 pytestmark = pytest.mark.slow  # a server imports torch and MLflow: seconds
 
@@ -111,6 +111,21 @@ def test_a_stopped_server_is_waited_for_a_bounded_time_then_the_stage_runs_plain
         held.end()
     # and it still ends with its command, as it should: status 0, its folder removed
     assert held.proc.returncode == 0 and not held.folder.exists()
+
+
+def test_a_command_whose_server_is_stopped_still_ends_at_once():
+    """`make run` ends: a stopped server would never read the end of file that ends it (the command
+    waited 150 s without a word, then killed it); continued, it exits cleanly at once."""
+    held = Command()
+    os.kill(held.server, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        held.end()  # closes its stdin and waits up to 60 s
+    finally:
+        if alive(held.server):
+            os.kill(held.server, signal.SIGCONT)
+    assert time.monotonic() - start < 30
+    assert held.proc.returncode == 0 and not held.folder.exists() and not alive(held.server)
 
 
 # A client of a server that greeted it and then stopped, as a stage's `ampbench train` runs it.
