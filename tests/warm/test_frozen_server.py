@@ -20,7 +20,7 @@ import pytest
 from test_warm import PY, TRAIN, Command
 
 from ampbench.warm import child, client, server
-from conftest import alive, new_project, venv_env
+from conftest import alive, long_project, new_project, venv_env
 
 pytestmark = pytest.mark.slow  # a server imports torch and MLflow: seconds
 
@@ -111,6 +111,35 @@ def test_a_stopped_server_is_waited_for_a_bounded_time_then_the_stage_runs_plain
         held.end()
     # and it still ends with its command, as it should: status 0, its folder removed
     assert held.proc.returncode == 0 and not held.folder.exists()
+
+
+def test_a_server_stopped_while_its_stage_runs_is_said_once_and_the_end_told_after_sigcont(tmp_path):
+    """The stage runs on (a process of its own), but its end reaches the client only through the
+    server: the client says so in one line instead of waiting without a word, then ends as the
+    stage did once the server continues."""
+    held = Command()
+    stopped = False
+    try:
+        project = long_project(tmp_path / "p")
+        log = project / "train.log"
+        proc, stage = held.start(project, log=log)
+        os.kill(held.server, signal.SIGSTOP)
+        stopped, start = True, time.monotonic()
+        line = f"ampbench: the warm server (pid {held.server}) is stopped; process {stage} runs this stage on"
+        while line not in log.read_text():
+            assert time.monotonic() - start < 20, log.read_text()[-3000:]  # the issue: a line within 30 s
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(held.server, signal.SIGCONT)
+        stopped = False
+        assert proc.wait(120) == 0, log.read_text()[-3000:]
+        text = log.read_text()
+        assert text.count("warm server (pid") == 1 and f"kill -CONT {held.server}" in text, text[-3000:]
+        assert "Traceback" not in text and (project / "models/single-fp32/seed-0/model.pt").exists()
+    finally:
+        if stopped:
+            os.kill(held.server, signal.SIGCONT)
+        held.end()
 
 
 def test_a_command_whose_server_is_stopped_still_ends_at_once():

@@ -24,6 +24,8 @@ import signal
 import socket
 import struct
 import sys
+import time
+from pathlib import Path
 
 from ampbench.timing import process_age
 from ampbench.warm import SOCKET_ENV, context
@@ -88,7 +90,8 @@ def forward(argv: list[str]) -> int | None:
         _debug(f"running here, not in the warm server: {reply.get('refused', 'it went away')}")
         return None
     try:
-        return _wait(sock, lines, int(reply["pid"]), ignored, watch_parent="RANK" in os.environ)
+        child = _Stage(server, int(reply["pid"]))
+        return _wait(sock, lines, child, ignored, watch_parent="RANK" in os.environ)
     finally:
         sock.close()
 
@@ -113,7 +116,39 @@ class _Lines:
         return line
 
 
-def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], watch_parent: bool) -> int:
+class _Stage:
+    """The forked child, whose end only its server can tell: a server stopped while it runs is
+    said once, in one line, after GREETING_WAIT_S (the stage runs on; this process waits)."""
+
+    def __init__(self, server: int, pid: int) -> None:
+        self.server, self.pid, self.since, self.told = server, pid, 0.0, False
+
+    def check_server(self) -> None:
+        if self.told:
+            return
+        if not _stopped(self.server):
+            self.since = 0.0
+            return
+        self.since = self.since or time.monotonic()
+        if time.monotonic() - self.since >= GREETING_WAIT_S:
+            self.told = True
+            print(
+                f"ampbench: the warm server (pid {self.server}) is stopped; process {self.pid} runs this "
+                f"stage on, and its end is told here once the server continues: `kill -CONT {self.server}`",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _stopped(pid: int) -> bool:
+    """Whether pid is stopped (kill -STOP) or held by a debugger: state T or t in /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int], watch_parent: bool) -> int:
     """Pass signals on until the server reports how the child ended; end the same way."""
 
     def pass_on(signum: int, frame=None) -> None:
@@ -140,12 +175,13 @@ def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], wa
             line = b""
         if line is not None:
             break
+        child.check_server()
         # A DDP worker whose torchrun died (kill -9) stops, as StopFlag(watch_parent) would.
         if watch_parent and os.getppid() != parent:
             parent = os.getppid()
             pass_on(signal.SIGTERM)
     if not line:
-        print(f"ampbench: the warm server ended while process {child} ran this stage", file=sys.stderr)
+        print(f"ampbench: the warm server ended while process {child.pid} ran this stage", file=sys.stderr)
         return 1
     status = json.loads(line)
     if "signal" in status:  # die the same way, so that the caller sees the same status
