@@ -75,7 +75,7 @@ def _stop(server: subprocess.Popen, socket: Path) -> None:
     with contextlib.suppress(OSError):
         server.stdin.close()
     with contextlib.suppress(OSError):  # stopped (kill -STOP), it would never read that end of file
-        os.kill(server.pid, signal.SIGCONT)
+        server.send_signal(signal.SIGCONT)
     main = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGINT, lambda signum, frame: server.kill()) if main else None
     try:
