@@ -16,7 +16,8 @@ host: docs/BENCHMARKS.md).
 - ``server``: forks a child per stage, never while a second thread runs and never after CUDA is
   initialised.
 
-No variable set, a refusal, or a server that is gone: the stage runs plain, as it always can.
+No variable set, a refusal, or a server that is gone: the stage runs plain, as it always can. A
+server that does not greet it in 5 s (stopped: ``kill -STOP``) too, after one line saying so.
 """
 
 SOCKET_ENV = "AMPBENCH_WARM_SOCKET"

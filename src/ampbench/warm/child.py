@@ -28,6 +28,8 @@ def receive(conn: socket.socket) -> tuple[dict, list[int]]:
     conn.settimeout(5)
     data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     try:
+        if not data:
+            raise ConnectionError("the client left before its request")
         while data and not data.endswith(b"\n"):
             more = conn.recv(1 << 20)
             if not more:

@@ -1,7 +1,8 @@
 """The stage's side of a warm start (standard library only: it runs before anything is imported).
 
 ``cli.run`` calls :func:`forward` first. With ``AMPBENCH_WARM_SOCKET`` set (by the command that
-started the server) and a stage command, this process sends the server its arguments, working
+started the server) and a stage command, this process waits for the server's greeting (a bounded
+time: a stopped server would leave it waiting forever), then sends it its arguments, working
 folder, environment, umask, context (``warm.context``), the signals it ignores (``nohup``) and its
 stdin/stdout/stderr. The server answers with the pid of the forked child that runs the stage, or
 why it will not (then the stage runs here, plain). This process then waits for the child's exit
@@ -21,12 +22,24 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
+import time
+from pathlib import Path
 
 from ampbench.timing import process_age
 from ampbench.warm import SOCKET_ENV, context
 
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# How long a live server takes to greet a new connection: it serves requests one at a time, each
+# in milliseconds (at most child.receive's 5 s for a client that stalls mid-request). Past this,
+# the server is taken for stopped and the stage runs plain: a false alarm costs one stage's
+# imports (~8 s), a true one would otherwise hang the study without a word.
+GREETING_WAIT_S = 5.0
+# From the request to the forked child's pid (a fork of a large process on a loaded machine).
+# Past this the stage fails rather than run plain: the server may have forked it already, and two
+# copies of one stage would train the same seed. Generous: a false alarm fails a stage.
+REPLY_WAIT_S = 20.0
 
 
 def forward(argv: list[str]) -> int | None:
@@ -36,9 +49,10 @@ def forward(argv: list[str]) -> int | None:
     if not path or sys.platform != "linux":
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lines = _Lines(sock)
+    ignored = [int(s) for s in (*PASSED_ON, signal.SIGTSTP) if signal.getsignal(s) is signal.SIG_IGN]
     try:
-        sock.connect(path)
-        ignored = [int(s) for s in (*PASSED_ON, signal.SIGTSTP) if signal.getsignal(s) is signal.SIG_IGN]
+        # made before connecting: once greeted, the server waits for nothing but the sending
         request = {
             "argv": argv,
             "cwd": os.getcwd(),
@@ -49,9 +63,24 @@ def forward(argv: list[str]) -> int | None:
             "unbuffered": bool(getattr(sys.stdout, "write_through", False)),  # python -u (torchrun's workers)
             "context": context.current(),
         }
+        server = _greeted(sock, lines, path)
+        if server is None:
+            return None
         socket.send_fds(sock, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
-        lines = _Lines(sock)
-        reply = json.loads(lines.next(timeout=None) or b"{}")
+        answer = lines.next(timeout=REPLY_WAIT_S)
+        if answer is None:  # greeted, then silent: it may have forked the stage already
+            sock.close()
+            print(
+                f"ampbench: the warm server (pid {server}) stopped answering while starting this stage "
+                f"(stopped? `kill -CONT {server}`); not run here too, as it may have started: "
+                "run the command again",
+                file=sys.stderr,
+            )
+            return 1
+        reply = json.loads(answer or b"{}")
+    except KeyboardInterrupt:  # Ctrl-C before the stage started (a stopped server's wait): a stop
+        sock.close()  # a child forked meanwhile is killed by the server, which sees this close
+        return 128 + signal.SIGINT
     except (OSError, ValueError) as err:
         sock.close()
         _debug(f"the warm server at {path} did not answer ({err}); running here")
@@ -61,7 +90,8 @@ def forward(argv: list[str]) -> int | None:
         _debug(f"running here, not in the warm server: {reply.get('refused', 'it went away')}")
         return None
     try:
-        return _wait(sock, lines, int(reply["pid"]), ignored, watch_parent="RANK" in os.environ)
+        child = _Stage(server, int(reply["pid"]))
+        return _wait(sock, lines, child, ignored, watch_parent="RANK" in os.environ)
     finally:
         sock.close()
 
@@ -86,7 +116,39 @@ class _Lines:
         return line
 
 
-def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], watch_parent: bool) -> int:
+class _Stage:
+    """The forked child, whose end only its server can tell: a server stopped while it runs is
+    said once, in one line, after GREETING_WAIT_S (the stage runs on; this process waits)."""
+
+    def __init__(self, server: int, pid: int) -> None:
+        self.server, self.pid, self.since, self.told = server, pid, 0.0, False
+
+    def check_server(self) -> None:
+        if self.told:
+            return
+        if not _stopped(self.server):
+            self.since = 0.0
+            return
+        self.since = self.since or time.monotonic()
+        if time.monotonic() - self.since >= GREETING_WAIT_S:
+            self.told = True
+            print(
+                f"ampbench: the warm server (pid {self.server}) is stopped; process {self.pid} runs this "
+                f"stage on, and its end is told here once the server continues: `kill -CONT {self.server}`",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _stopped(pid: int) -> bool:
+    """Whether pid is stopped (kill -STOP) or held by a debugger: state T or t in /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int], watch_parent: bool) -> int:
     """Pass signals on until the server reports how the child ended; end the same way."""
 
     def pass_on(signum: int, frame=None) -> None:
@@ -113,12 +175,13 @@ def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], wa
             line = b""
         if line is not None:
             break
+        child.check_server()
         # A DDP worker whose torchrun died (kill -9) stops, as StopFlag(watch_parent) would.
         if watch_parent and os.getppid() != parent:
             parent = os.getppid()
             pass_on(signal.SIGTERM)
     if not line:
-        print(f"ampbench: the warm server ended while process {child} ran this stage", file=sys.stderr)
+        print(f"ampbench: the warm server ended while process {child.pid} ran this stage", file=sys.stderr)
         return 1
     status = json.loads(line)
     if "signal" in status:  # die the same way, so that the caller sees the same status
@@ -127,6 +190,34 @@ def _wait(sock: socket.socket, lines: _Lines, child: int, ignored: list[int], wa
         os.kill(os.getpid(), status["signal"])
         return 128 + status["signal"]
     return int(status["exit"])
+
+
+def _greeted(sock: socket.socket, lines: _Lines, path: str) -> int | None:
+    """Connect and wait for the server's greeting; its pid, or None (said in one line) to run plain.
+
+    A stopped server (kill -STOP) still has its connections accepted by the kernel: only its
+    greeting shows it is alive and serving this connection. Nothing is sent before it: the fds of a
+    request queued in a stopped server would hold the stage's stdout open after this process gave
+    up (DVC, make and a pipe would wait on them); a client that gives up sends nothing."""
+    sock.settimeout(GREETING_WAIT_S)  # connect() blocks too once the listen backlog is full
+    try:
+        sock.connect(path)
+    except BlockingIOError:  # that backlog full: Linux refuses a non-blocking connect at once
+        sock.close()
+        _plain(f"at {path} takes no connection (stopped?)")
+        return None
+    # the listener's pid, from the kernel, even while the server is stopped
+    server = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    if lines.next(timeout=GREETING_WAIT_S) is None:
+        sock.close()
+        _plain(f"(pid {server}) did not answer in {GREETING_WAIT_S:.0f} s (stopped? `kill -CONT {server}`)")
+        return None
+    sock.settimeout(None)
+    return server
+
+
+def _plain(why: str) -> None:
+    print(f"ampbench: the warm server {why}; running this stage as a plain process", file=sys.stderr)
 
 
 def _umask() -> int:

@@ -64,7 +64,8 @@ def serving() -> Iterator[Path | None]:
 
 
 def _stop(server: subprocess.Popen, socket: Path) -> None:
-    """End of file on its stdin: it stops what runs (none, normally) and exits.
+    """End of file on its stdin (and a SIGCONT, in case it was stopped): it stops what runs (none,
+    normally) and exits.
 
     A server still importing (no socket yet: a command that ran no stage, `dvc repro` with all
     up to date) has forked nothing and would read its stdin only once its imports end, seconds
@@ -73,6 +74,8 @@ def _stop(server: subprocess.Popen, socket: Path) -> None:
     """
     with contextlib.suppress(OSError):
         server.stdin.close()
+    with contextlib.suppress(OSError):  # stopped (kill -STOP), it would never read that end of file
+        server.send_signal(signal.SIGCONT)
     main = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGINT, lambda signum, frame: server.kill()) if main else None
     try:

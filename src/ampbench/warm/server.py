@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -41,6 +42,8 @@ PRELOAD = (
 )
 # Held for the server's own imports only (children get the stage's environment back).
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+
+GREETING = b'{"ready": true}\n'  # after accept: this server is alive (not stopped) and reading
 
 
 def preload() -> dict[str, str]:
@@ -134,6 +137,11 @@ class Server:
             conn, _ = self.listener.accept()
         except OSError:
             return
+        try:  # the client sends its request (and fds) only once greeted: warm.client.GREETING_WAIT_S
+            conn.sendall(GREETING)
+        except OSError:  # it gave up waiting (this server was stopped) and runs its stage plain
+            conn.close()
+            return
         try:
             self._serve(conn)
         except Exception as err:  # noqa: BLE001 - this request is refused; the client runs plain
@@ -146,7 +154,9 @@ class Server:
         fds: list[int] = []
         try:
             request, fds = child.receive(conn)
-            refused = self._refusal(request)
+            # a client that gave up waiting for the reply (warm.client.REPLY_WAIT_S: this server
+            # was stopped) has failed its stage: it must not run here after all
+            refused = self._refusal(request) or ("the client left" if _gone(conn) else "")
         except (OSError, ValueError, KeyError, TypeError) as err:
             _log(f"warm server: bad request ({err!r})")
             refused = f"bad request ({err})"
@@ -227,6 +237,13 @@ class Server:
             pass  # the client is gone; _from_client handles that
         finally:
             conn.setblocking(False)
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end (it sends nothing more before it has the child's pid)."""
+    # select first: recv on a socket with a timeout (child.receive's) would wait that long
+    readable, _, _ = select.select([conn], [], [], 0)
+    return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
 
 
 def _log(line: str) -> None:
