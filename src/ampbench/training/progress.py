@@ -1,18 +1,12 @@
 """A progress bar over a train stage's whole work, and honest time estimates from its first steps.
 
-``StageProgress`` is created by ``train.train_variant`` (one per train stage, ``for_stage``) and
-told about every step by ``loop.train_seed``. It draws a bar over the stage's work (seeds x
-epochs x steps) beside the per-epoch bar, times the first steps (after the warm-up, two device
-syncs in all), and then logs, on rank 0 only:
-
-- the expected wall time of this stage (elapsed + the remaining steps at the measured step time
-  + the evaluations + the per-seed setup; in a demo at DEBUG only), and again after the first
-  epoch, from its steps and test evaluation as they really took,
-- except in a demo (no study to time), the time the whole study still needs here: the remaining
-  steps of every variant and seed in ``params.yaml`` at the measured speed, plus evaluate and compare,
-- and, when the study is long on a CPU, a pointer to the quick study (``make demo``).
-
-The step counting and ``ampbench estimate`` (``preflight``) live in ``ampbench.training.study_cost``.
+``StageProgress`` (``for_stage``: one per train stage) is told about every step by the loop. It
+draws a bar over the stage's work beside the per-epoch bar, times the first steps after the
+warm-up (two device syncs, and one at the first epoch's end), and logs on rank 0: the expected
+time of this stage (at DEBUG in a demo), again after the first epoch from its steps and test
+evaluation as they really took; the time the whole study still needs (not in a demo); and, when
+the study is long on a CPU, a pointer to ``make demo``. Step counting and ``ampbench estimate``
+(``preflight``) live in ``ampbench.training.study_cost``.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ from ampbench.training.measure import sync
 from ampbench.training.study_cost import (
     eval_steps,
     fmt_duration,
+    fmt_step,
     long_on_cpu_hint,
     preflight,
     remaining_seed_steps,
@@ -121,6 +116,10 @@ class StageProgress:
         clock: the estimate is a log line, not training)."""
         self.step_in_epoch += 1
         self._epoch_steps += 1
+        if not self.corrected and self.step_in_epoch == self.spe:
+            # A GPU step returns when queued: unsynced (once a process; the epoch clock syncs
+            # here anyway) the steps look fast and the evaluation absorbs their queue (2 min: 15 s).
+            sync(device)
         self._last_step_t = time.perf_counter()
         if self.bar is not None:
             self.bar.update()
@@ -234,7 +233,7 @@ class StageProgress:
             return self.estimate
         t = self.cfg.train
         stage = (
-            f"{self.variant}: {self.step_s:.3f} s per step of {t.batch_size} images on "
+            f"{self.variant}: {fmt_step(self._step())} per step of {t.batch_size} images on "
             f"{self.device_type} (measured after the warm-up). Expected time of this stage "
             f"({len(self.seeds)} seed(s) x {t.epochs} epochs x {self.spe} steps): "
             f"{fmt_duration(elapsed + stage_left)} in all, {fmt_duration(stage_left)} left"
@@ -269,7 +268,7 @@ class StageProgress:
 
     def _corrected_line(self, elapsed: float) -> str:
         e = self.estimate or {}
-        measured = f"steps {self._step():.3f} s each" + (
+        measured = f"steps {fmt_step(self._step())} each" + (
             f", test evaluation {self.eval_s:.1f} s" if self.eval_s is not None else ""
         )
         head = f"{self.variant}, after its first epoch ({measured}): this stage needs about "

@@ -42,6 +42,11 @@ def long_on_cpu_hint(device_type: str, variant: str, study_seconds: float) -> st
     )
 
 
+def fmt_step(seconds: float) -> str:
+    """A step's time as a reader takes it in: `1.51 ms` on a GPU, `0.412 s` on a CPU."""
+    return f"{seconds * 1000:.2f} ms" if seconds < 0.1 else f"{seconds:.3f} s"
+
+
 def fmt_duration(seconds: float) -> str:
     """3 s, 4 min 10 s, 2 h 05 min, 3 d 4 h."""
     if not math.isfinite(seconds):
