@@ -151,8 +151,17 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
+def _drop_interrupted_finalizers(unraisable) -> None:
+    """sys.unraisablehook: a Ctrl-C that lands in a finalizer (a DVC progress bar's ``__del__``
+    while the command stops) is the stop already under way, not a fault to print a traceback
+    for; anything else is printed as Python does."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    sys.unraisablehook = _drop_interrupted_finalizers
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.

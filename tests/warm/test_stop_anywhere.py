@@ -156,3 +156,24 @@ def test_the_warm_server_is_gone_after_a_ctrl_c_while_it_stops(tmp_path: Path):
         while alive(pid):
             assert time.monotonic() < deadline, f"warm server {pid} outlived its command"
             time.sleep(0.1)
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_ctrl_c_inside_a_finalizer_prints_no_traceback(hooked: bool):
+    """A repeated Ctrl-C can land in a finalizer (a DVC progress bar's __del__ while the command
+    stops): Python prints "Exception ignored in ... Traceback". The command's hook drops exactly
+    that; the control run (without it) shows the test can see the traceback."""
+    code = (
+        "import sys\n"
+        "from ampbench import dvc_run\n"
+        f"if {hooked}: sys.unraisablehook = dvc_run._drop_interrupted_finalizers\n"
+        "class Bar:\n"
+        "    def __del__(self): raise KeyboardInterrupt\n"
+        "class Other:\n"
+        "    def __del__(self): raise ValueError('a real fault')\n"
+        "Bar(); Other()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=venv_env())
+    assert proc.returncode == 0, proc.stderr
+    assert ("KeyboardInterrupt" in proc.stderr) is not hooked, proc.stderr
+    assert "ValueError: a real fault" in proc.stderr  # other faults in finalizers still show
