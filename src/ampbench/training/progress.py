@@ -79,6 +79,9 @@ class StageProgress:
         self.eval_s: float | None = None  # one test evaluation, once one was timed
         self.estimate: dict | None = None
         self.corrected = False  # the estimate after the first epoch was made
+        # A GPU's first evaluation runs its shapes for the first time (cuDNN autotuning: 1.7 s
+        # where later ones take 0.1 s), so its second is timed; a CPU's first is typical.
+        self._epochs_to_time, self._epochs_timed = (2 if device_type == "cuda" else 1), 0
         self._epoch_steps, self._last_step_t = 0, 0.0
         self.seed = self.epoch = self.step_in_epoch = 0
         self._calls = 0
@@ -88,14 +91,8 @@ class StageProgress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(
-                total=len(self.seeds) * self.per_seed,
-                desc=f"{variant} (all seeds)",
-                unit="step",
-                position=0,
-                dynamic_ncols=True,
-                disable=None,
-            )
+            total, desc = len(self.seeds) * self.per_seed, f"{variant} (all seeds)"
+            self.bar = tqdm(total=total, desc=desc, unit="step", position=0, dynamic_ncols=True, disable=None)
 
     # --- called by loop.train_seed -------------------------------------------------------
     def start_seed(self, seed: int, epoch: int = 0, step: int = 0) -> None:
@@ -116,9 +113,9 @@ class StageProgress:
         clock: the estimate is a log line, not training)."""
         self.step_in_epoch += 1
         self._epoch_steps += 1
-        if not self.corrected and self.step_in_epoch == self.spe:
-            # A GPU step returns when queued: unsynced (once a process; the epoch clock syncs
-            # here anyway) the steps look fast and the evaluation absorbs their queue (2 min: 15 s).
+        if self._epochs_timed < self._epochs_to_time and self.step_in_epoch == self.spe:
+            # A GPU step returns when queued: unsynced (at most twice; the epoch clock syncs
+            # here anyway) the steps look fast and the evaluation absorbs their queue.
             sync(device)
         self._last_step_t = time.perf_counter()
         if self.bar is not None:
@@ -142,24 +139,28 @@ class StageProgress:
         """An epoch ended (after evaluation and checkpoint). After the first one this process
         trained, the estimate is made again from how long its steps and its evaluation took."""
         now = time.perf_counter()
-        measure = not self.corrected and self._epoch_steps
+        measure = self._epochs_timed < self._epochs_to_time and self._epoch_steps
         if measure:
             self._measure_epoch(now)
         self.epoch, self.step_in_epoch, self._epoch_steps = self.epoch + 1, 0, 0
         self._epoch_t0 = now
-        if measure:  # what is left from the next epoch on
+        if measure and self.stage_left_s() > 0:  # what is left from the next epoch on
             self.report(corrected=self.estimate is not None)
 
     def _measure_epoch(self, now: float) -> None:
-        """Step time from the epoch's steps after the warm-up (all of them if it had none timed);
-        the time from its last step to its end is its evaluation where it had one."""
-        self.corrected = True
-        timed = self._epoch_steps - self.warmup_steps
-        if self._t0 and timed > 0:
-            self.step_s = (self._last_step_t - self._t0) / timed
-        else:
-            self.step_s = (self._last_step_t - self._epoch_t0) / self._epoch_steps
-        if self.cfg.train.eval_each_epoch or self.epoch == self.cfg.train.epochs - 1:
+        """Step time from the first epoch's steps after the warm-up (all of them if it had none
+        timed); the time from its last step to its end is its evaluation where it had one (not a
+        GPU's first)."""
+        self._epochs_timed += 1
+        if not self.corrected:
+            self.corrected = True
+            timed = self._epoch_steps - self.warmup_steps
+            if self._t0 and timed > 0:
+                self.step_s = (self._last_step_t - self._t0) / timed
+            else:
+                self.step_s = (self._last_step_t - self._epoch_t0) / self._epoch_steps
+        evaluated = self.cfg.train.eval_each_epoch or self.epoch == self.cfg.train.epochs - 1
+        if evaluated and self._epochs_timed == self._epochs_to_time:
             self.eval_s = now - self._last_step_t  # its checkpoint and logging too: ms
 
     def close(self) -> None:
@@ -271,7 +272,8 @@ class StageProgress:
         measured = f"steps {fmt_step(self._step())} each" + (
             f", test evaluation {self.eval_s:.1f} s" if self.eval_s is not None else ""
         )
-        head = f"{self.variant}, after its first epoch ({measured}): this stage needs about "
+        which = "first" if self._epochs_timed == 1 else "second"
+        head = f"{self.variant}, after its {which} epoch ({measured}): this stage needs about "
         head += f"{fmt_duration(e['stage_left_seconds'])} more ({fmt_duration(e['stage_seconds'])} in all)"
         if os.environ.get("AMPBENCH_SCOPE") == "variant":
             return f"{head}; {self._run_end(elapsed)}"
