@@ -4,11 +4,21 @@ line, not the traceback of DVC's clean-up tripping over the partially initialise
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
+import time
 
 import pytest
 
 from ampbench import dvc_run
+
+
+@pytest.fixture(autouse=True)
+def _process_hooks(monkeypatch):
+    """main() sets the process's unraisable hook and DVC's analytics switch: put them back."""
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
 
 
 def _broken_by_ctrl_c(argv):
@@ -40,3 +50,27 @@ def test_any_other_error_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     with pytest.raises(AttributeError, match="a real bug"):
         dvc_run.main(["repro"])
+
+
+def test_a_ctrl_c_that_dvc_swallowed_before_failing_is_a_stop(monkeypatch, capsys):
+    """Seen in CI: a Ctrl-C during DVC's imports was swallowed, and a later import of the half-made
+    module failed unchained to it (NameError: name 'coroutines' is not defined in asyncio)."""
+    import dvc.cli
+
+    def swallows_then_fails(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, to this process
+            time.sleep(5)  # the handler raises here
+        except KeyboardInterrupt:
+            pass  # swallowed by an import's clean-up
+        raise NameError("name 'coroutines' is not defined")
+
+    monkeypatch.setattr(dvc.cli, "main", swallows_then_fails)
+    monkeypatch.setattr(dvc_run.scope, "serving", contextlib.nullcontext)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert dvc_run.main(["repro"]) == 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGINT, before)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Stopped by SIGINT" in err, err

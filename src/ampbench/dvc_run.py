@@ -98,6 +98,12 @@ class Quiet(logging.Filter):
             return False
         return True
 
+    def on_sigint(self, signum, frame) -> None:
+        """Ctrl-C, as Python's own handler, remembered: DVC may swallow the KeyboardInterrupt
+        half-way through an import and fail later on the half-made module, unchained to it."""
+        self.signum = self.signum or signal.SIGINT
+        raise KeyboardInterrupt
+
     def on_sigterm(self, signum, frame) -> None:
         self.signum = signal.SIGTERM
         # DVC ignores SIGINT exactly while a stage's command runs: then the stage (which got the
@@ -167,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     quiet = Quiet()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
+        signal.signal(signal.SIGINT, quiet.on_sigint)
     try:
         import dvc  # noqa: F401  (sets DVC's log handlers up)
         from dvc.cli import main as dvc_main
@@ -182,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
     except Exception as err:
         # A Ctrl-C that broke one of DVC's imports half-way leaves a partially initialised module;
-        # DVC's own clean-up then fails on it (AttributeError, ImportError) with the interrupt as
-        # its context: a stop, not a fault.
-        if not _interrupted(err):
+        # DVC then fails on it (AttributeError, ImportError, NameError), with the interrupt as its
+        # context or, where DVC swallowed that, after it: a stop, not a fault.
+        if not (_interrupted(err) or quiet.signum):
             raise
         quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
     # The work is over, stopped or not: another Ctrl-C has nothing left to stop (and would only
