@@ -57,10 +57,7 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
     except SignalException as stop:  # the workers were told to stop (and saved) first
         log.warning(
-            "stopped by %s: every DDP worker saved a checkpoint in %s/. %s",
-            signal.Signals(stop.sigval).name,
-            work_dir,
-            resume_hint,
+            "stopped by %s: %s", signal.Signals(stop.sigval).name, _what_was_saved(work_dir, resume_hint)
         )
         code = 128 + int(stop.sigval)
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
@@ -72,6 +69,15 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         if code:
             _fail_dangling_runs(cfg, work_dir)
     return code
+
+
+def _what_was_saved(work_dir: Path, resume_hint: str) -> str:
+    """The stop's words from what is on disk: workers stopped while they still started (before
+    their first step) saved nothing, and saying they had would be a false promise."""
+    saved = sorted(work_dir.glob("seed-*/checkpoint.pt")) + sorted(work_dir.glob("seed-*/model.pt"))
+    if saved:
+        return f"the DDP workers saved their work in {work_dir}/. {resume_hint}"
+    return f"the DDP workers stopped before their first checkpoint: nothing was saved. {resume_hint}"
 
 
 def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
