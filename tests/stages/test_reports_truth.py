@@ -149,7 +149,9 @@ def test_evaluate_refused_on_its_second_variant_leaves_the_old_reports(project, 
         _model_file(project, "single-fp32", run_id).save(path)
     _write_metrics(project, {"single-fp32": {"old": True}})
     cfg = config.load_config("params.yaml")
-    args = argparse.Namespace(parallel=None, precision=None, variants=",".join(PAIR), params="params.yaml")
+    args = argparse.Namespace(
+        parallel=None, precision=None, variants=",".join(PAIR), params="params.yaml", allow_mixed=False
+    )
     with pytest.raises(ModelFileError, match="single-autocast"):
         evaluate_main.main(cfg, args, [])
     reports = project / "reports"
@@ -183,3 +185,33 @@ def test_compare_prints_its_table_under_an_ascii_output_encoding(project):
     assert "Answer: the fastest, " in proc.stdout, proc.stdout  # the terminal's answer, in a line
     staged = [p.name for p in (project / "reports").iterdir() if p.name.startswith(".")]
     assert staged == [] and (project / "reports" / "answer" / "single-fp32.json").exists()
+
+
+def test_evaluate_refuses_models_trained_with_different_settings(project, monkeypatch):
+    """A variant retrained with `train.epochs: 5` beside one of 2 epochs: refused before any run
+    or report is touched, naming the setting and the variants; --allow-mixed evaluates them."""
+    from ampbench import config
+    from ampbench.stages import evaluate_main
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    for variant in PAIR:
+        model = _model_file(project, variant, run_id="r-" + variant)
+        if variant == "single-autocast":
+            model.config["train"]["epochs"] = 5
+            model.config_digest = "other"
+        path = project / "models" / variant / "seed-0" / "model.pt"
+        path.parent.mkdir(parents=True)
+        model.save(path)
+    cfg = config.replace(config.load_config("params.yaml"), train={"seeds": (0,)})
+    args = argparse.Namespace(
+        parallel=None, precision=None, variants=",".join(PAIR), params="params.yaml", allow_mixed=False
+    )
+    store = project / "mlflow.db"
+    before = store.read_bytes() if store.exists() else None
+    with pytest.raises(
+        mixed.MixedSettingsError, match=r"train.epochs: 2 \(single-fp32\) vs 5 \(single-autocast\)"
+    ):
+        evaluate_main.main(cfg, args, [])
+    assert not (project / "reports").exists()
+    assert (store.read_bytes() if store.exists() else None) == before  # the store untouched

@@ -173,11 +173,35 @@ def _seed_row(seed: int, saved: ModelFile, metrics: dict) -> dict:
         "seed": seed,
         "run_id": saved.run_id,
         "variant_run_id": saved.variant_run_id,
-        "config_digest": saved.config_digest,  # compare: one study, one configuration
         **metrics,
         **saved.result.carried(),
-        **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
+        **_settings(saved),
     }
+
+
+def _settings(saved: ModelFile) -> dict:
+    """The settings a model was trained with and their digest: one study, one configuration."""
+    return {"config_digest": saved.config_digest, **{k: _setting(saved.config, k) for k in CONFIG_KEYS}}
+
+
+def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]:
+    """Each variant's seeds' training settings, from their model files (as the metrics files will
+    carry them), for ``report.mixed``; a missing file is left to the evaluation to report."""
+    records: dict[str, dict] = {}
+    for variant in variants:
+        rows = []
+        for seed in seeds:
+            path = models_dir / variant / f"seed-{seed}" / "model.pt"
+            if path.exists():
+                saved = ModelFile.load(path)
+                rows.append(
+                    {
+                        "config_digest": saved.config_digest,
+                        **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
+                    }
+                )
+        records[variant] = {"seeds": rows}
+    return records
 
 
 def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tracker) -> None:

@@ -17,6 +17,7 @@ import logging
 from ampbench import outputs
 from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
+from ampbench.report import mixed
 from ampbench.stages.download import check_prepared
 from ampbench.timing import StageClock
 from ampbench.variants import PARALLELS, PRECISIONS, VARIANTS, study_variants, variant_name
@@ -29,6 +30,11 @@ def add_arguments(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--precision", choices=PRECISIONS, help="with --parallel: one variant only")
     ev.add_argument(
         "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
+    )
+    ev.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="evaluate models trained with different settings (refused otherwise: one study, one setting)",
     )
 
 
@@ -52,6 +58,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.tracking.tracker import Tracker
 
     clock = StageClock()  # its start-up part: process start and the imports above
+    # One study, one configuration: refused before any run is touched (compare refuses it too).
+    mixed.check(evaluate.settings_of(variants, cfg.train.seeds, MODELS_DIR), args.allow_mixed)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
