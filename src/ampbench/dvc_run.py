@@ -26,6 +26,11 @@ DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBEN
 
 5. The stages DVC starts run warm: in forks of a server, started here and ended with this
    command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
+6. DVC parses params.yaml before any stage runs, with a loader that expands YAML aliases (a few
+   lines of nested ones: gigabytes, then a crash) and reports duplicate keys in a dozen lines. So
+   the params file DVC will read (params.yaml here) is first read by the project's strict loader
+   (``config.strict``: no torch, no DVC), and a fault in it is one line and exit 2, as
+   ``ampbench train`` says it. A plain ``dvc repro`` by hand does not pass through here.
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ import re
 import shlex
 import signal
 import sys
+from pathlib import Path
 
+from ampbench.config import ConfigError
+from ampbench.config.strict import read_params
 from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
@@ -56,6 +64,8 @@ BOOKKEEPING = (
 )
 PUSH_TIP = "Use `dvc push`"
 UP_TO_DATE = "Data and pipelines are up to date."
+PARAMS_FILE = "params.yaml"  # the params file DVC reads by default, beside dvc.yaml
+EXIT_USAGE = 2  # as `ampbench` exits on a configuration error
 
 
 def _messages(record: logging.LogRecord) -> str:
@@ -165,8 +175,23 @@ def _drop_interrupted_finalizers(unraisable) -> None:
         sys.__unraisablehook__(unraisable)
 
 
+def params_fault() -> str:
+    """What is wrong with the params file DVC is about to parse, in one line ("" if nothing):
+    read strictly, so an alias bomb is refused at its first anchor, before any value is built."""
+    if not os.path.lexists(PARAMS_FILE):  # not a project folder: DVC says so itself
+        return ""
+    try:
+        read_params(Path(PARAMS_FILE))
+    except ConfigError as err:
+        return f"ERROR: {err}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if fault := params_fault():
+        print(fault, file=sys.stderr, flush=True)
+        return EXIT_USAGE
     sys.unraisablehook = _drop_interrupted_finalizers
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable

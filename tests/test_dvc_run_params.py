@@ -1,0 +1,74 @@
+"""`make run` (python -m ampbench.dvc_run) reads params.yaml strictly before DVC parses it: an
+alias bomb or a repeated key is one line and exit 2 within seconds, not DVC's expansion into
+gigabytes and a crash, nor ruamel's dozen lines (issue 36, F6 and W7)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+MEMORY_CAP = 2 * 2**30  # address space: python with DVC imported fits; an expanded bomb does not
+# a few lines that expand to 10**9 values (the billion laughs), after a real section
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + chr(ord(c) - 1)] * 10)}]\n" for c in "bcdefghi"
+)
+STAGE = "stages:\n  show:\n    cmd: echo trained\n    params:\n      - train.lr\n"
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def _repro(folder: Path) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "AMPBENCH_WARM": "0", "DVC_NO_ANALYTICS": "1"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "ampbench.dvc_run", "repro"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_capped,
+    )
+    return done, time.monotonic() - started
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True, timeout=120
+    )
+    (tmp_path / "dvc.yaml").write_text(STAGE)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ("train:\n  lr: 0.1\n" + BOMB, "line 3: YAML anchor or alias &a is not allowed"),
+        ("train:\n  lr: 0.1\ntrain:\n  lr: 0.2\n", "line 3: key 'train' appears twice"),
+    ],
+    ids=["alias-bomb", "duplicate-keys"],
+)
+def test_a_faulty_params_file_is_one_line_before_dvc_reads_it(project, params, said):
+    (project / "params.yaml").write_text(params)
+    done, took = _repro(project)
+    lines = done.stderr.strip().splitlines() + done.stdout.strip().splitlines()
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert said in lines[0] and "params.yaml" in lines[0], lines[0]
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_a_sound_params_file_is_handed_to_dvc(project):
+    (project / "params.yaml").write_text("train:\n  lr: 0.1\n")
+    done, _ = _repro(project)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "trained" in done.stdout, done.stdout
