@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from ampbench import atomic
+from ampbench.data.download_lines import DownloadLines
 from ampbench.data.errors import DataError, no_space, no_space_message, size_text
 from ampbench.data.extract import CHUNK, Bound, Room, safe_extract
 from ampbench.data.rate_floor import Floor, RateFloor
@@ -166,7 +167,11 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
     try:
         with os.fdopen(fd, "wb") as out, RateFloor(*spec) as floor:
             try:
-                with floor.opener().open(url, timeout=spec.window_s) as resp:
+                with (
+                    DownloadLines(_shown(url), final, floor) as lines,
+                    floor.opener().open(url, timeout=spec.window_s) as resp,
+                ):
+                    lines.answered(resp)
                     size, got = _stream(resp, out, hashers, floor, url, final)
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
                 if no_space(exc):  # our write failed, not the network: retrying cannot help
