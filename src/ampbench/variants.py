@@ -34,7 +34,7 @@ VARIANTS = tuple(variant_name(p, q) for p in PARALLELS for q in PRECISIONS)
 def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
     """The variants dvc.yaml's matrix builds from params.yaml (every variant if it says nothing)."""
     try:
-        axes = (yaml.safe_load(Path(params_file).read_text()) or {}).get("variants") or {}
+        axes = (yaml.safe_load(Path(params_file).read_text(encoding="utf-8")) or {}).get("variants") or {}
     except (OSError, yaml.YAMLError, AttributeError):
         axes = {}
     return [

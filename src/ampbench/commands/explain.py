@@ -68,7 +68,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     measured, energy_counter = rungs.measure_ladder(cfg, dataset, strategy, opts, only, cli_args, out)
     if only:  # a part of another explain (rungs.measured_apart): these rungs only, into its JSON
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps({"rungs": measured}) + "\n")
+        out.with_suffix(".json").write_text(json.dumps({"rungs": measured}) + "\n", encoding="utf-8")
         return 0
     res = {
         "hardware": strategy.facts()["device_name"],

@@ -70,10 +70,10 @@ def _answer_row(variant: str) -> dict:
     where one was trained with the same settings, else without a speed-up."""
     from ampbench.report import compare, mixed
 
-    records = {variant: json.loads((REPORTS_DIR / "metrics" / f"{variant}.json").read_text())}
+    records = {variant: json.loads((REPORTS_DIR / "metrics" / f"{variant}.json").read_text(encoding="utf-8"))}
     base = REPORTS_DIR / "metrics" / f"{compare.BASELINE}.json"
     if variant != compare.BASELINE and base.exists():
-        both = {**records, compare.BASELINE: json.loads(base.read_text())}
+        both = {**records, compare.BASELINE: json.loads(base.read_text(encoding="utf-8"))}
         records = both if not mixed.differences(both) else records
     return next(r for r in compare.summarize(records) if r["variant"] == variant)
 

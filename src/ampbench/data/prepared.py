@@ -233,7 +233,9 @@ def save_dataset(ds: dict, path: Path) -> None:
         legacy.unlink(missing_ok=True)
     try:
         atomic.atomic_save(ds, path)  # removes its own stale temps of dead writers first
-        _digest_file(path).write_text(json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n")
+        _digest_file(path).write_text(
+            json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n", encoding="utf-8"
+        )
     except OSError as exc:
         raise DataError(
             f"could not write {path}: {exc.strerror}; check the free space and permissions of "
@@ -271,7 +273,7 @@ def file_digest(path: Path) -> str:
     """
     path = Path(path)
     try:
-        known = json.loads(_digest_file(path).read_text())
+        known = json.loads(_digest_file(path).read_text(encoding="utf-8"))
         if {k: known.get(k) for k in ("size", "mtime_ns")} == _identity(path):
             return known["sha256"]
     except (OSError, ValueError, KeyError, AttributeError):

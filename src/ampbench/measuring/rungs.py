@@ -224,6 +224,6 @@ def measured_apart(cli_args: list[str], opts: dict, names: list[str], out: Path)
     command += ["--max-images", str(opts["max_images"]), "--rungs", ",".join(names), "--out", str(part)]
     if subprocess.run(command).returncode != 0:
         raise RuntimeError(f"measuring {', '.join(names)} apart failed: {shlex.join(command)}")
-    rungs = json.loads(part.with_suffix(".json").read_text())["rungs"]
+    rungs = json.loads(part.with_suffix(".json").read_text(encoding="utf-8"))["rungs"]
     part.with_suffix(".json").unlink()
     return rungs

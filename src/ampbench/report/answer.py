@@ -57,7 +57,7 @@ def answer_metrics(row: dict) -> dict:
 def mean_curve(curve_csv: Path) -> list[dict]:
     """Test accuracy per epoch, averaged over the seeds in evaluate's per-variant curve file."""
     by_epoch: dict[int, list[float]] = defaultdict(list)
-    with open(curve_csv, newline="") as f:
+    with open(curve_csv, newline="", encoding="utf-8") as f:
         for record in csv.DictReader(f):
             value = record.get("test_accuracy") or ""
             if value.strip():  # epochs without an evaluation (train.eval_each_epoch: false)
@@ -70,7 +70,7 @@ def mean_curve(curve_csv: Path) -> list[dict]:
 
 def _write_csv(path: Path, fields: list[str], records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(records)
@@ -84,7 +84,7 @@ def write(rows: list[dict], curves_dir: Path, out_dir: Path) -> None:
     answer.mkdir(parents=True)
     for row in rows:
         text = json.dumps(answer_metrics(row), indent=1) + "\n"
-        (answer / f"{row['variant']}.json").write_text(text)
+        (answer / f"{row['variant']}.json").write_text(text, encoding="utf-8")
     speedups = [{"variant": r["variant"], "speedup": _rounded(r["speedup"], 2)} for r in rows]
     speedups = [s for s in speedups if s["speedup"] is not None]
     _write_csv(views / "speedup.csv", ["variant", "speedup"], speedups)

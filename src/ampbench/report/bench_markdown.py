@@ -59,5 +59,5 @@ def to_markdown(res: dict) -> str:
 
 
 def write(res: dict, out: Path) -> None:
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    out.with_suffix(".md").write_text(to_markdown(res))
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    out.with_suffix(".md").write_text(to_markdown(res), encoding="utf-8")

@@ -166,16 +166,18 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str =
         f = metrics_dir / f"{v}.json"
         if not f.exists():
             raise FileNotFoundError(f"{f} missing: run `ampbench evaluate` for {v} first")
-        records[v] = json.loads(f.read_text())
+        records[v] = json.loads(f.read_text(encoding="utf-8"))
     rows = summarize(records)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "comparison.md").write_text(to_markdown(rows, notice))
-    with open(out_dir / "comparison.csv", "w", newline="") as f:
+    (out_dir / "comparison.md").write_text(to_markdown(rows, notice), encoding="utf-8")
+    with open(out_dir / "comparison.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     chart(rows, out_dir / "comparison.png", notice)
-    (out_dir / "summary.json").write_text(json.dumps(summary_metrics(rows), indent=1) + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps(summary_metrics(rows), indent=1) + "\n", encoding="utf-8"
+    )
     return rows
 
 

@@ -98,8 +98,8 @@ def _from_batch(cross: dict, key: str) -> str:
 
 
 def write(res: dict, out: Path) -> None:
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    out.with_suffix(".md").write_text(to_markdown(res))
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+    out.with_suffix(".md").write_text(to_markdown(res), encoding="utf-8")
     from ampbench.report.explain_chart import draw
 
     draw(res, out.with_suffix(".png"))

@@ -34,7 +34,7 @@ def load_study(folder: Path, label: str, how: str) -> dict[str, dict]:
     found = {}
     for path in sorted(metrics.glob("*.json")):
         try:
-            found[path.stem] = json.loads(path.read_text())
+            found[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise FindingsError(
                 f"{path}: not readable as JSON ({err}); re-run its evaluate stage: {how}"
@@ -58,7 +58,7 @@ def load_bench(path: Path | None) -> dict | None:
             f"--bench {path}: not found; make it with `ampbench bench --batch-size 128 --profile 20 --out "
             f"{path.with_suffix('')}` on the GPU, or leave --bench out"
         )
-    res = json.loads(path.read_text())
+    res = json.loads(path.read_text(encoding="utf-8"))
     bad = [r for r in res.get("rows", []) if not {"measure", "variant", "images_per_second"} <= set(r)]
     if bad or not res.get("rows"):
         raise FindingsError(
@@ -129,13 +129,13 @@ def update_readme(readme: Path, report: Path, lines: list[str]) -> bool:
     """Replace the block between the findings markers in the README; False when it has none."""
     if not readme.exists():
         return False
-    text = readme.read_text()
+    text = readme.read_text(encoding="utf-8")
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         return False
     link = f"The tutorial's claims, tested ([{report.as_posix()}]({report.as_posix()}), generated):\n\n"
     block = README_START + "\n" + link + "\n".join(lines) + "\n" + README_END
-    readme.write_text(text[:start] + block + text[end + len(README_END) :])
+    readme.write_text(text[:start] + block + text[end + len(README_END) :], encoding="utf-8")
     return True
 
 
@@ -162,8 +162,8 @@ def main(
     out.parent.mkdir(parents=True, exist_ok=True)
     zh_out = zh_path(out)
     text = build(*inputs, other_edition=zh_out.name)
-    out.write_text(text)
-    zh_out.write_text(build(*inputs, w=Words("zh"), other_edition=out.name))
+    out.write_text(text, encoding="utf-8")
+    zh_out.write_text(build(*inputs, w=Words("zh"), other_edition=out.name), encoding="utf-8")
     if readme is not None:
         update_readme(readme, out, summary_lines([text]))
     return text

@@ -25,7 +25,7 @@ def load(path: Path | None) -> dict | None:
     if path is None:
         return None
     try:
-        res = json.loads(Path(path).read_text())
+        res = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise LadderError(
             f"--explain {path}: not readable as explain's JSON ({err}); make it with `make explain` "

@@ -54,7 +54,9 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     with outputs.staged(REPORTS_DIR, whole=(answer.ANSWER_DIR, answer.VIEWS_DIR)) as staging:
         rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
         answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
-    log.debug("%s", (REPORTS_DIR / "comparison.md").read_text())  # the terminal gets the answer only
+    log.debug(
+        "%s", (REPORTS_DIR / "comparison.md").read_text(encoding="utf-8")
+    )  # the terminal gets the answer only
     compare_runs.log_comparison(tracker, rows, variants, [REPORTS_DIR / name for name in OUTPUTS], notice)
     print("\n".join(ending(rows, bool(notice))), flush=True)
     print(f"Browse the runs: {tracker.link()}")
@@ -92,4 +94,4 @@ def ending(rows: list[dict], subset: bool) -> list[str]:
 def _records(variants: list[str]) -> dict[str, dict]:
     """The evaluate metrics files there are (a missing one: compare.compare says so)."""
     files = {v: REPORTS_DIR / "metrics" / f"{v}.json" for v in variants}
-    return {v: json.loads(f.read_text()) for v, f in files.items() if f.exists()}
+    return {v: json.loads(f.read_text(encoding="utf-8")) for v, f in files.items() if f.exists()}

@@ -32,7 +32,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         image_size=d.image_size,
     )
     made = {**data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
-    SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n")
+    SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
@@ -56,7 +56,7 @@ def prepared_mismatch(cfg: Config) -> list[str]:
     """Settings whose value differs from what data/prepared was made from (empty: consistent)."""
     if not SOURCE_FILE.exists():
         return []  # prepared by hand or by an older version: nothing to compare
-    made = json.loads(SOURCE_FILE.read_text())
+    made = json.loads(SOURCE_FILE.read_text(encoding="utf-8"))
     return [
         f"{k}: prepared from {made.get(k, _ADDED_LATER.get(k))!r}, configured {v!r}"
         for k, v in data_source(cfg).items()

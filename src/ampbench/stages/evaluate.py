@@ -241,12 +241,12 @@ def _setting(config: dict, dotted: str):
 def _write(reports_dir: Path, variant: str, summary: dict, curves: list[dict], confusion: list[dict]):
     metrics_file = reports_dir / "metrics" / f"{variant}.json"
     metrics_file.parent.mkdir(parents=True, exist_ok=True)
-    metrics_file.write_text(json.dumps(summary, indent=2) + "\n")
+    metrics_file.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     # reports/plots/<kind>/<variant>.csv: one folder per kind of plot, so that DVC draws each
     # folder with its own template (dvc.yaml's top-level plots)
     for kind, rows in (("curves", curves), ("confusion", confusion)):
         (reports_dir / "plots" / kind).mkdir(parents=True, exist_ok=True)
-        with open(reports_dir / "plots" / kind / f"{variant}.csv", "w", newline="") as f:
+        with open(reports_dir / "plots" / kind / f"{variant}.csv", "w", newline="", encoding="utf-8") as f:
             fieldnames = list(dict.fromkeys(k for row in rows for k in row))
             writer = csv.DictWriter(f, fieldnames=fieldnames)
             writer.writeheader()

@@ -92,7 +92,7 @@ def _fail_dangling_runs(cfg, variant_dir: Path) -> None:
             continue
     for run_file in sorted([*variant_dir.glob("seed-*/run.json"), variant_dir / "variant.json"]):
         try:
-            run_ids.append(json.loads(run_file.read_text())["run_id"])
+            run_ids.append(json.loads(run_file.read_text(encoding="utf-8"))["run_id"])
         except (OSError, ValueError, KeyError):  # missing, or torn by the crash
             continue
     run_ids = [r for r in run_ids if r]

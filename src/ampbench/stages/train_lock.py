@@ -35,7 +35,7 @@ class TrainingBusyError(RuntimeError):
 def _busy(variant: str, path: Path, pids: list[int]) -> TrainingBusyError:
     if not pids:  # no /proc/locks: the holder wrote its pid into the file
         with contextlib.suppress(OSError, ValueError):
-            pids = [int(path.read_text().split()[0])]
+            pids = [int(path.read_text(encoding="utf-8").split()[0])]
     who = ", ".join(map(str, pids)) or "another process"
     kill = f"kill {' '.join(map(str, pids))}" if pids else f"`fuser {path}` names it"
     return TrainingBusyError(f"{variant} is being trained by pid {who}: wait for it or end it ({kill})")

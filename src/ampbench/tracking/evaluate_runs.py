@@ -132,8 +132,10 @@ def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         confusion_png(cm, classes, f"{title}: confusion matrix", tmp / "confusion_matrix.png")
-        (tmp / "confusion_matrix.json").write_text(json.dumps({"classes": classes, "matrix": cm}))
-        (tmp / "classification_report.json").write_text(json.dumps(report, indent=1))
+        (tmp / "confusion_matrix.json").write_text(
+            json.dumps({"classes": classes, "matrix": cm}), encoding="utf-8"
+        )
+        (tmp / "classification_report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
         for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
             tracker.log_artifact(run_id, tmp / name, "evaluation")
 

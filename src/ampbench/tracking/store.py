@@ -101,7 +101,7 @@ def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
         return
     lock = db.with_name(db.name + ".lock")
     try:
-        handle = open(lock, "a")  # noqa: SIM115 (closed by the `with handle` below)
+        handle = open(lock, "a", encoding="utf-8")  # noqa: SIM115 (closed by the `with handle` below)
     except OSError as err:
         raise TrackingError(
             f"cannot create lock file {lock} for MLflow store {uri}: {err.strerror}; make its folder "

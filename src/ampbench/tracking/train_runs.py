@@ -75,13 +75,13 @@ class Stage:
 def write_json(path: Path, value: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(value) + "\n")
+    tmp.write_text(json.dumps(value) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
 def read_json(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 

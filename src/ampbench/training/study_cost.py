@@ -64,7 +64,7 @@ def fmt_duration(seconds: float) -> str:
 def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
     """The variants dvc.yaml's matrix builds from params.yaml (all nine if it says nothing)."""
     try:
-        axes = (yaml.safe_load(Path(params_file).read_text()) or {}).get("variants") or {}
+        axes = (yaml.safe_load(Path(params_file).read_text(encoding="utf-8")) or {}).get("variants") or {}
     except (OSError, yaml.YAMLError):
         axes = {}
     return [f"{p}-{q}" for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)]

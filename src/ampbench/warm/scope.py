@@ -58,7 +58,7 @@ def serving() -> Iterator[Path | None]:
         try:
             _stop(server, folder / "socket")
             if os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off"):
-                sys.stderr.write(log.read_text(errors="replace"))
+                sys.stderr.write(log.read_text(errors="replace", encoding="utf-8"))
         finally:  # a second Ctrl-C while the server ends still leaves no folder behind
             shutil.rmtree(folder, ignore_errors=True)
 
