@@ -10,6 +10,8 @@ files, is refused from its headers, before it fills the disk for everyone on the
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import lzma
 import os
 import shutil
@@ -136,6 +138,33 @@ def _check_complete(tar: tarfile.TarFile, archive: Path) -> None:
         raise _Corrupt(f"{where}, no end-of-archive marker: truncated or damaged")
 
 
+# How each compression tarfile reads starts, and the module that opens it.
+_COMPRESSIONS = {b"\x1f\x8b": ("gzip", gzip), b"BZh": ("bzip2", bz2), b"\xfd7zXZ\x00": ("xz", lzma)}
+
+
+def not_a_tar(archive: Path) -> str:
+    """What tarfile could not open in `archive` is, in a few words (tarfile says it in five lines,
+    one per method it tried): empty, an empty or damaged compressed stream, or no tar inside."""
+    with open(archive, "rb") as f:
+        head = f.read(6)
+    if not head:
+        return "the file is empty (0 bytes)"
+    kind = next((named for magic, named in _COMPRESSIONS.items() if head.startswith(magic)), None)
+    if kind is None:
+        return "it is not a tar archive, nor a gzip, bzip2 or xz compressed one"
+    name, module = kind
+    try:
+        with module.open(archive, "rb") as stream:
+            inside = len(stream.read(tarfile.BLOCKSIZE))
+    except (EOFError, OSError, lzma.LZMAError, zlib.error):
+        return f"its {name} stream is damaged or cut short"
+    if not inside:
+        return f"it is an empty {name} stream (no tar archive inside)"
+    if inside < tarfile.BLOCKSIZE:
+        return f"its {name} stream holds only {inside} bytes, less than one tar header: cut short or no tar"
+    return f"its {name} stream does not start with a tar header: not a tar archive"
+
+
 class _Corrupt(Exception):
     """The archive's bytes are damaged (checksum, CRC, cut short); the message says where."""
 
@@ -174,6 +203,11 @@ def safe_extract(archive: Path, dest: Path) -> Path:
     except _DAMAGED as exc:
         if no_space(exc):
             raise DataError(no_space_message(tmp, dest)) from exc
+        if not opened and isinstance(exc, tarfile.ReadError):
+            raise DataError(
+                f"cannot extract {archive}: {not_a_tar(archive)}; re-download it, or point data.url at "
+                "the .tar.gz archive or its extracted folder"
+            ) from None
         if not opened or (isinstance(exc, OSError) and exc.errno is not None):
             raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
         shutil.rmtree(dest, ignore_errors=True)

@@ -1,0 +1,43 @@
+"""An archive tarfile cannot open is one line saying what it is (empty, an empty or damaged
+compressed stream, no tar inside) and the fix, not tarfile's five lines, one per method it tried
+(issue 36, W6: an empty .tar.gz)."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+
+import pytest
+
+from ampbench.data import extract
+from ampbench.data.errors import DataError
+
+FIX = "; re-download it, or point data.url at the .tar.gz archive or its extracted folder"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "the file is empty (0 bytes)"),
+        (gzip.compress(b""), "it is an empty gzip stream (no tar archive inside)"),
+        (bz2.compress(b""), "it is an empty bzip2 stream (no tar archive inside)"),
+        (gzip.compress(b"hello\n"), "its gzip stream holds only 6 bytes, less than one tar header"),
+        (gzip.compress(b"<html>" + b"x" * 2000), "its gzip stream does not start with a tar header"),
+        (
+            b"<html>an error page</html>" * 40,
+            "it is not a tar archive, nor a gzip, bzip2 or xz compressed one",
+        ),
+        (b"\x1f\x8b" + b"\0" * 100, "its gzip stream is damaged or cut short"),
+    ],
+    ids=["zero-bytes", "empty-gzip", "empty-bzip2", "tiny-gzip", "gzip-of-html", "html", "damaged-gzip"],
+)
+def test_an_archive_tarfile_cannot_open_is_one_line(tmp_path, content, said):
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(content)
+    dest = tmp_path / "extracted"
+    with pytest.raises(DataError) as err:
+        extract.safe_extract(archive, dest)
+    message = str(err.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"cannot extract {archive}: {said}") and message.endswith(FIX), message
+    assert not dest.exists() and sorted(p.name for p in tmp_path.iterdir()) == [archive.name]
