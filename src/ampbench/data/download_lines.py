@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from pathlib import Path
 
 from ampbench.data.errors import size_text
-from ampbench.data.rate_floor import RateFloor
+from ampbench.data.rate_floor import RateFloor, Watcher
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ def _bar_drawn() -> bool:
         return False
 
 
-class DownloadLines:
+class DownloadLines(Watcher):
     """``with DownloadLines(shown_url, final, floor) as lines: ... lines.answered(resp)``: the
     bytes counted are the floor's (``RateFloor.total``)."""
 
@@ -41,19 +40,10 @@ class DownloadLines:
         self.floor = floor
         self.size = -1  # announced (Content-Length), -1: not (yet) known
         self.answered_at = 0.0
-        self._started = time.monotonic()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="download-lines", daemon=True)
+        super().__init__("download-lines")
 
-    def __enter__(self) -> DownloadLines:
-        if not _bar_drawn():
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
+    def wanted(self) -> bool:
+        return not _bar_drawn()
 
     def answered(self, resp) -> None:
         """The source sent its headers: the download starts, said with its size if announced."""
@@ -63,7 +53,7 @@ class DownloadLines:
         size = f" ({size_text(self.size)})" if self.size >= 0 else " (size not announced)"
         log.info("downloading %s%s to %s", self.shown_url, size, self.final)
 
-    def _tick(self) -> None:
+    def _run(self) -> None:
         seen, last = 0, time.monotonic()
         while not self._done.wait(EVERY_S):
             now, got = time.monotonic(), self.floor.total

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import urllib.request
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 from ampbench.data.errors import size_text
 
@@ -34,7 +34,33 @@ class Floor(NamedTuple):
     window_s: float
 
 
-class RateFloor:
+class Watcher:
+    """A daemon thread for the life of a ``with`` block: started on entry where ``wanted()``, told
+    to end (``_done`` set) and joined on exit. Subclasses give ``_run``."""
+
+    def __init__(self, name: str) -> None:
+        self._started = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def wanted(self) -> bool:
+        return True
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        if self.wanted():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+class RateFloor(Watcher):
     """Watches one download attempt: ``with RateFloor(...) as floor: floor.opener().open(url)``.
 
     The reader calls ``arrived(n)`` for each chunk; once a window fell short, ``verdict`` says so
@@ -48,19 +74,10 @@ class RateFloor:
         self.total = 0
         self.verdict = ""
         self._sock: socket.socket | None = None
-        self._started = time.monotonic()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="download-rate-floor", daemon=True)
+        super().__init__("download-rate-floor")
 
-    def __enter__(self) -> RateFloor:
-        if self.need > 0:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
+    def wanted(self) -> bool:
+        return self.need > 0
 
     def arrived(self, n: int) -> None:
         self.total += n  # one writer (the reader), one reader (the watchdog): an int is enough
@@ -87,7 +104,7 @@ class RateFloor:
         conn.connect = connect_watched
         return conn
 
-    def _watch(self) -> None:
+    def _run(self) -> None:
         seen = 0
         while not self._done.wait(self.window_s if not self.verdict else 0.1):
             got, seen = self.total - seen, self.total
