@@ -22,11 +22,26 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["record", "torchrun", "worker_count"]
+__all__ = ["check_fits", "record", "torchrun", "worker_count"]
 
 
 def worker_count(cfg) -> int:
     return torch.cuda.device_count() or cfg.train.ddp_cpu_workers
+
+
+def check_fits(cfg, workers: int) -> None:
+    """The memory check each worker makes (training/memory_check.py), made once before torchrun
+    starts: ``workers`` gloo processes share this host's memory. A model too large is then the
+    check's one line (ConfigError), not torchrun's report of every worker's refusal. With GPUs each
+    worker checks its own device: asking here would hold a CUDA context for the whole run."""
+    if torch.cuda.device_count():
+        return
+    from ampbench.data import prepared
+    from ampbench.paths import DATA_FILE
+    from ampbench.training import memory_check
+
+    classes = len(prepared.load_dataset(DATA_FILE)["classes"])  # mmap: only the list is read
+    memory_check.check_fits(cfg, torch.device("cpu"), classes, workers)
 
 
 def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:

@@ -4,6 +4,12 @@ boundary, saves a checkpoint and ends its runs KILLED (stages/train.py, training
 SIGTERM, Ctrl-C (SIGINT) and SIGHUP (the terminal or SSH session that started the stage closed)
 are stop requests; SIGHUP not where it was ignored when the stage started (``nohup``: training
 goes on, as nohup promises).
+
+So is the end of the pipeline tool that started the stage (``dvc repro`` or ``make run``'s
+``python -m ampbench.dvc_run``, killed with kill -9): its stage would otherwise train on as an
+orphan that a re-run finds holding the variant. Only a pipeline tool is watched, known by the
+variable DVC sets for every stage command (DVC_STAGE, dvc/stage/run.py): a stage a user started
+from a shell, ``nohup ampbench train ... &`` included, outlives that shell as it always did.
 """
 
 from __future__ import annotations
@@ -13,8 +19,12 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
+POLL_S = 0.5
 
 
 class StopFlag:
@@ -23,7 +33,8 @@ class StopFlag:
     A second signal of the same kind a second or more later: the default behaviour (stop now).
     With ``watch_parent`` (DDP workers) the death of the parent process sets the flag too:
     torchrun starts workers in sessions of their own, so a kill -9 of the launcher's process
-    group would otherwise leave them training on as orphans.
+    group would otherwise leave them training on as orphans. Without it, a stage DVC started
+    stops the same way when DVC is gone (``watch_launcher``).
     """
 
     def __init__(self, watch_parent: bool = False) -> None:
@@ -33,12 +44,17 @@ class StopFlag:
                 signal.signal(sig, self._handle)
         if watch_parent:
             threading.Thread(target=self._watch, args=(os.getppid(),), daemon=True).start()
+        else:
+            watch_launcher(self._launcher_gone)
 
     def _watch(self, parent: int) -> None:
         while os.getppid() == parent:
-            time.sleep(0.5)
+            time.sleep(POLL_S)
         log.warning("parent process %d is gone: stopping at the next step boundary", parent)
         self.signum = self.signum or signal.SIGTERM
+
+    def _launcher_gone(self) -> None:
+        self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
 
     def _handle(self, signum, frame) -> None:
         if self.signum == signum:
@@ -53,3 +69,64 @@ class StopFlag:
 
     def __call__(self) -> bool:
         return bool(self.signum)
+
+
+def watch_launcher(on_gone) -> int | None:
+    """Call ``on_gone()`` (from a thread) once the pipeline tool that started this stage is gone;
+    its pid, or None (nothing watched) where no pipeline tool started it."""
+    launcher = pipeline_launcher()
+    if launcher is None:
+        return None
+
+    def watch() -> None:
+        while _is_ancestor(launcher):
+            time.sleep(POLL_S)
+        log.warning("the pipeline that started this stage (pid %d) is gone: stopping as on SIGTERM", launcher)
+        on_gone()
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+    return launcher
+
+
+def pipeline_launcher() -> int | None:
+    """The pid of the DVC process that started this stage; None outside a DVC stage or without /proc.
+
+    DVC runs a stage's command as ``$SHELL -c CMD``; a shell that does not exec the command stays
+    in between, so the launcher is the nearest ancestor whose environment lacks this stage's
+    DVC_STAGE (a DVC nested in another stage has the outer stage's name)."""
+    stage = os.environ.get(PIPELINE_STAGE_ENV)
+    if not stage or not Path("/proc/self/stat").exists():
+        return None
+    pid = os.getppid()
+    while pid > 1 and _environ(pid).get(PIPELINE_STAGE_ENV) == stage:
+        pid = _parent(pid)
+    return pid if pid > 1 else None
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or not ours to read: no stage's shell
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _parent(pid: int) -> int:
+    try:  # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _is_ancestor(pid: int) -> bool:
+    """Whether pid is still an ancestor of this process: a dead launcher's children are
+    reparented at once, so neither a zombie nor a reused pid passes."""
+    ancestor = os.getppid()
+    for _ in range(64):  # deeper than any real process tree
+        if ancestor == pid:
+            return True
+        if ancestor <= 1:
+            return False
+        ancestor = _parent(ancestor)
+    return False

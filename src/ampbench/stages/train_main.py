@@ -20,6 +20,7 @@ from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, work_root
 from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
+from ampbench.stages.stop import watch_launcher
 from ampbench.variants import variant_name
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 f"train.batch_size={cfg.train.batch_size} does not divide by the {workers} DDP workers "
                 f"this machine starts; choose a multiple of {workers}"
             )
+        launch.check_fits(cfg, workers)  # once here, not as torchrun's report of every worker's refusal
         with train_lock.hold(work, variant):  # one trainer per variant; its workers join it
+            # DVC gone: SIGTERM, which torchrun's agent turns into a stop of every worker
+            watch_launcher(lambda: os.kill(os.getpid(), signal.SIGTERM))
             os.environ[train_lock.LAUNCHER_ENV] = str(os.getpid())
             try:
                 return launch.torchrun(argv, cfg, work, work_folder.resume_hint(argv))
@@ -75,7 +79,8 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     from ampbench.stages.stop import StopFlag
     from ampbench.training import loop, peers
 
-    stop = StopFlag(watch_parent="RANK" in os.environ)  # a DDP worker: stop if torchrun dies
+    # a DDP worker stops if torchrun dies; any other stage if the DVC that started it dies
+    stop = StopFlag(watch_parent="RANK" in os.environ)
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
     try:
         results = launch.record(train.train_variant)(
