@@ -15,6 +15,7 @@ import pytest
 
 from conftest import (
     DDP,
+    DDP_WORK0,
     REPO,
     SEED0,
     SINGLE,
@@ -53,16 +54,19 @@ def test_the_launcher_is_the_process_that_set_dvc_stage_past_a_shell_that_stays(
     assert _launcher_seen_by(f"{py}; true", env) == "None"
 
 
+LAUNCHERS = {  # what started the stage: a plain `dvc repro`, and `make run`'s dvc with the stage plain
+    "dvc": [str(VENV_BIN / "dvc")],
+    "dvc_run": [sys.executable, "-m", "ampbench.dvc_run"],
+}
+
+
 @pytest.mark.slow
-def test_kill_9_of_dvc_stops_its_plain_stage_as_sigterm_and_the_rerun_resumes(tmp_path, procs):
-    proj = long_project(tmp_path / "proj", epochs=20)
-    shutil.copytree(
-        REPO / "src" / "ampbench", proj / "src" / "ampbench", ignore=shutil.ignore_patterns("__pycache__")
-    )  # the stage's deps
-    dvc = str(VENV_BIN / "dvc")
-    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=proj, env=venv_env(), check=True, timeout=120)
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_kill_9_of_dvc_stops_its_plain_stage_as_sigterm_and_the_rerun_resumes(tmp_path, procs, launcher):
+    proj = _dvc_project(tmp_path, epochs=20)
     ckpt = proj / WORK0 / "checkpoint.pt"
-    proc = procs.start(proj, cmd=[dvc, "repro", "--single-item", "train@single-fp32"], name="dvc")
+    repro = [*LAUNCHERS[launcher], "repro", "--single-item", "train@single-fp32"]
+    proc = procs.start(proj, cmd=repro, env=venv_env(AMPBENCH_WARM="0"), name="dvc")
     wait_for_checkpoint(proc, ckpt, proj / "dvc.log", min_epoch=1)
     stage = procs.adopt([p for p in descendants(proc.pid) if "ampbench" in " ".join(_cmdline(p))])
     assert stage, f"no ampbench process under dvc: {descendants(proc.pid)}"
@@ -85,6 +89,40 @@ def test_kill_9_of_dvc_stops_its_plain_stage_as_sigterm_and_the_rerun_resumes(tm
     assert f"resuming seed 0 at epoch {saved['epoch'] + 1} step {saved['step']}" in done.stderr
     assert load_pt(proj / SEED0 / "model.pt")["run_id"] == saved["run_id"]
     assert [r.info.status for r in runs(proj, kind="seed")] == ["FINISHED"]
+
+
+@pytest.mark.slow
+def test_kill_9_of_dvc_stops_its_ddp_launcher_and_every_worker_as_sigterm(tmp_path, procs):
+    proj = _dvc_project(tmp_path, per_class=12, epochs=60)
+    ckpt = proj / DDP_WORK0 / "checkpoint.pt"
+    proc = procs.start(
+        proj, cmd=[str(VENV_BIN / "dvc"), "repro", "--single-item", "train@ddp-fp32"], name="dvc"
+    )
+    wait_for_checkpoint(proc, ckpt, proj / "dvc.log", min_epoch=1)
+    tree = procs.adopt(descendants(proc.pid))  # the launcher (torchrun's agent) and its 2 workers
+    assert len(tree) >= 3, tree
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    deadline = time.monotonic() + 15  # a step boundary, a checkpoint, then torchrun's own wait
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = stage_log(proj, "dvc")
+    assert not [p for p in tree if alive(p)], "DDP processes outlived dvc:\n" + log
+    assert "is gone: stopping as on SIGTERM" in log and log.count("SIGTERM received") == 2
+    assert "stopped by SIGTERM" in log
+    saved = load_pt(ckpt)
+    assert saved["step"] > 0 and run_status(proj, saved["run_id"]) == "KILLED"
+
+
+def _dvc_project(tmp_path, **train):
+    """A long project whose dvc.yaml's code dependencies exist, DVC-initialised."""
+    proj = long_project(tmp_path / "proj", **train)
+    shutil.copytree(
+        REPO / "src" / "ampbench", proj / "src" / "ampbench", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    dvc = str(VENV_BIN / "dvc")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=proj, env=venv_env(), check=True, timeout=120)
+    return proj
 
 
 def _cmdline(pid: int) -> list[str]:
