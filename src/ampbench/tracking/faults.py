@@ -202,7 +202,9 @@ def _owned_by(path: Path) -> str:
         except OSError:
             continue
         me = os.geteuid()
-        return f"{p} belongs to {_user(uid)}, not to {_user(me)}; " if uid != me else ""
+        if uid == me:
+            return ""
+        return f"{'' if p == path else f'{p} '}belongs to {_user(uid)}, not to {_user(me)}; "
     return ""
 
 
