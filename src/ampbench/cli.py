@@ -18,7 +18,8 @@ configuration error is answered at once, without torch or MLflow.
 
 An error the user can fix ends the command with one line and exit 1, no traceback: the errors in
 ``EXPECTED_ERRORS``, any fault of the MLflow store (server gone, database corrupt, locked or full:
-``tracking.store.store_fault``) and a full disk. ``--debug`` (``-v``) or ``AMPBENCH_DEBUG=1``
+``tracking.store.store_fault``), a full disk and a path this user may not write
+(``tracking.faults.refused_write``). ``--debug`` (``-v``) or ``AMPBENCH_DEBUG=1``
 (for commands that DVC or MLflow start) shows the traceback instead.
 """
 
@@ -181,10 +182,11 @@ def debugging(args) -> bool:
 
 
 def _fault_line(err: BaseException) -> str | None:
-    """One line for a full disk or a broken MLflow store anywhere in err's chain, else None."""
+    """One line for a full disk, a broken MLflow store or a path this user may not write (the last
+    resort: the stages check what they can before any work) anywhere in err's chain, else None."""
     from ampbench.tracking import faults, store  # import neither MLflow nor torch
 
-    fault = faults.disk_full(err) or store.store_fault(err)
+    fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)
     return str(fault) if fault else None
 
 

@@ -50,3 +50,30 @@ def unwritable(folder: Path) -> str | None:
     except OSError as err:
         return err.strerror or type(err).__name__
     return None
+
+
+def cannot_hold(folder: Path, holds: str, reason: str) -> str:
+    """The one line for a folder a stage must write into that `unwritable` refused."""
+    return (
+        f"{folder}/ cannot hold the {holds} ({reason}): make it a folder this user can write to "
+        "(or remove what is in its place), then re-run"
+    )
+
+
+def unreplaceable(folder: Path) -> tuple[Path, str] | None:
+    """The first folder in the tree of `folder` (itself included) where this user cannot remove or
+    add entries, with why; None if `folder` and all its subfolders let them. What `rm -r` of it, or
+    replacing it, needs: a `sudo` run's root-owned seed folder inside the user's own folder shows
+    here, not half-way through the replacement."""
+    refused: list[tuple[Path, str]] = []
+
+    def unlistable(err: OSError) -> None:
+        refused.append((Path(err.filename or folder), err.strerror or type(err).__name__))
+
+    for here, _, _ in os.walk(folder, onerror=unlistable):
+        reason = unwritable(Path(here))
+        if reason:
+            return Path(here), reason
+        if refused:
+            break
+    return refused[0] if refused else None

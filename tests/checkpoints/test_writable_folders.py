@@ -39,3 +39,58 @@ def test_the_train_stage_refuses_before_creating_a_run(project: Path):
     assert len(errors) == 1 and "models/ cannot hold the trained models" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert runs(project) == []  # refused before MLflow was touched
+
+
+def test_a_file_in_place_of_the_variants_models_folder_is_named(tmp_path):
+    """Issue #36: models/<variant> a file was a NotADirectoryError after the whole training."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "v").write_text("not a folder")
+    out = tmp_path / "models" / "v"
+    with pytest.raises(files.CheckpointError) as err:
+        work.check_writable(tmp_path / "checkpoints" / "v", out)
+    assert f"{out} is a file, not a folder" in str(err.value) and f"`rm {out}`" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_locks_folder_in_a_files_place_is_the_same_one_line(tmp_path):
+    """The lock is taken before the stage's check: a file at checkpoints/ was a 25-line
+    NotADirectoryError traceback from the lock's mkdir (issue #36)."""
+    from ampbench.stages import train_lock
+
+    (tmp_path / "checkpoints").write_text("not a folder")
+    with pytest.raises(files.CheckpointError) as err, train_lock.hold(tmp_path / "checkpoints" / "v", "v"):
+        pass
+    folder = tmp_path / "checkpoints" / "v"
+    assert f"{folder}/ cannot hold the work in progress (checkpoints)" in str(err.value)
+    assert f"{tmp_path / 'checkpoints'} is a file" in str(err.value)
+
+
+def test_a_failed_publish_is_one_line_and_leaves_no_staging_folder(tmp_path):
+    """models/ changed after the stage's check (a race): the publish fails in one line, its
+    staging folder goes, and the finished models wait in the work folder for a re-run."""
+    done = tmp_path / "checkpoints" / "v"
+    (done / "seed-0").mkdir(parents=True)
+    (done / "seed-0" / "model.pt").write_bytes(b"weights")
+    out = tmp_path / "models" / "v"
+    out.parent.mkdir()
+    out.write_text("appeared meanwhile")
+    with pytest.raises(files.CheckpointError) as err:
+        work.publish(done, out, [0])
+    assert f"could not publish the trained models into {out}" in str(err.value)
+    assert f"the models wait in {done}/" in str(err.value) and "\n" not in str(err.value)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["v"]  # no .v.publishing
+    assert (done / "seed-0" / "model.pt").read_bytes() == b"weights"
+
+
+@pytest.mark.slow  # a train stage as a subprocess
+@pytest.mark.parametrize("in_the_way", ["checkpoints", "checkpoints/single-fp32", "models/single-fp32"])
+def test_a_file_in_a_work_or_models_folders_place_stops_train_in_one_line(project: Path, in_the_way):
+    """Each was a traceback (issue #36): the first two from the lock, the last after training."""
+    (project / in_the_way).parent.mkdir(parents=True, exist_ok=True)
+    (project / in_the_way).write_text("not a folder")
+    proc = run_cli(project, "train", "--parallel", "single", "--precision", "fp32", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"{in_the_way} is a file" in errors[0], proc.stderr
+    assert runs(project) == []  # refused before MLflow was touched
+    assert not any(p.name.endswith(".publishing") for p in project.rglob("*"))

@@ -6,8 +6,8 @@ and publishing the finished models into the stage's DVC output.
 - ``finished``: a seed already trained in this stage (its ``model.pt``), not trained again.
 - ``resume_hint``: the command a stopped stage's message gives to resume it.
 - ``restore``: a checkpoint into the trainer; one of other shapes is one line naming --fresh.
-- ``check_writable``: before any training, both folders can take files (else one line now, not
-  a traceback after the whole training).
+- ``check_writable``: before any training, both folders can take files and an existing
+  ``models/<variant>`` can be replaced (else one line now, not a traceback after the whole training).
 - ``publish``: once every seed is done, hard-link the models into ``models/<variant>/`` and remove
   the work folder, so a later run trains afresh.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
-from ampbench.paths import temp_workspace_root, unwritable
+from ampbench.paths import cannot_hold, temp_workspace_root, unreplaceable, unwritable
 
 log = logging.getLogger(__name__)
 
@@ -79,31 +79,78 @@ def refuse_foreign(work: Path, seeds, digest: str, variant: str, fresh: bool) ->
 
 def check_writable(work: Path, out: Path) -> None:
     """The work folder and the models' folder can be made and take files (``paths.unwritable``'s
-    probe): a read-only or foreign-owned folder, a file in a folder's place, a read-only
-    filesystem fail here, before any training, instead of when the trained models are saved or
-    published."""
+    probe), and a models folder of an earlier run can be replaced (``check_replaceable``): a
+    read-only or foreign-owned folder, a file in a folder's place, a read-only filesystem fail
+    here, before any training, instead of when the trained models are saved or published."""
     for folder, holds in ((work, "work in progress (checkpoints)"), (out.parent, "trained models")):
         reason = unwritable(folder)
         if reason:
-            raise files.CheckpointError(
-                f"{folder}/ cannot hold the {holds} ({reason}): make it a folder this user can "
-                "write to (or remove what is in its place), then re-run"
-            )
+            raise files.CheckpointError(cannot_hold(folder, holds, reason))
+    check_replaceable(out)
+
+
+def check_replaceable(out: Path) -> None:
+    """``publish`` removes an existing ``models/<variant>`` and renames the new one into its place:
+    it must be a folder whose every subfolder this user may change. A `sudo make run` leaves
+    root-owned seed folders inside the user's models/ (the rename then fails: Directory not empty)."""
+    if not (out.exists() or out.is_symlink()):
+        return
+    rerun = "then re-run (nothing was trained)"
+    if out.is_symlink() or not out.is_dir():
+        what = "a symbolic link" if out.is_symlink() else "a file"
+        raise files.CheckpointError(
+            f"{out} is {what}, not a folder, and this stage publishes its models there: remove it "
+            f"(`rm {out}`), {rerun}"
+        )
+    found = unreplaceable(out)
+    if found:
+        where, reason = found
+        raise files.CheckpointError(
+            f"{out} cannot be replaced by this stage's models: {where}{_owner(where)} ({reason}): give it "
+            f"back (`sudo chown -R $USER {out}`) or remove it (`sudo rm -r {out}`), {rerun}"
+        )
+
+
+def _owner(path: Path) -> str:
+    """' belongs to <user>' for a path another user owns (a `sudo` run's), else ''."""
+    import pwd
+
+    try:
+        uid = path.stat().st_uid
+    except OSError:
+        return ""
+    if uid == os.geteuid():
+        return ""
+    try:
+        return f" belongs to {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f" belongs to uid {uid}"
 
 
 def publish(work: Path, out: Path, seeds) -> None:
-    """Every seed is done: hard-link the models into the DVC output, then drop the work folder."""
+    """Every seed is done: hard-link the models into the DVC output, then drop the work folder.
+    A failure (``models/`` changed after ``check_writable``) is one line; the staging folder goes,
+    the work folder stays: the same command publishes its models without training them again."""
     staging = out.with_name(f".{out.name}.publishing")
-    shutil.rmtree(staging, ignore_errors=True)
-    for seed in seeds:
-        target = staging / f"seed-{seed}" / "model.pt"
-        target.parent.mkdir(parents=True)
-        try:
-            os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
-        except OSError:  # a filesystem without hard links
-            shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        for seed in seeds:
+            target = staging / f"seed-{seed}" / "model.pt"
+            target.parent.mkdir(parents=True)
+            try:
+                os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
+            except OSError:  # a filesystem without hard links
+                shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(staging, out)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise files.CheckpointError(
+            f"could not publish the trained models into {out} ({err.filename or out}: "
+            f"{err.strerror or type(err).__name__}): make {out} a folder this user can replace "
+            f"(`sudo chown -R $USER {out}`, or remove it), then re-run the same command: the models "
+            f"wait in {work}/ and are not trained again"
+        ) from None
     shutil.rmtree(work)
 
 

@@ -25,7 +25,7 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 from ampbench.checkpoints.state import ModelFile
 from ampbench.config import ModelConfig
 from ampbench.timing import StageClock
-from ampbench.tracking import evaluate_runs
+from ampbench.tracking import evaluate_runs, store
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
 
@@ -221,7 +221,7 @@ def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
     from mlflow.exceptions import MlflowException
 
     try:
-        tracker.client.get_run(run_id)
+        run = tracker.client.get_run(run_id)
     except MlflowException as err:
         if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             raise  # the store itself failed: not this file's fault
@@ -230,6 +230,8 @@ def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
             f"{tracker.uri}. Point MLFLOW_TRACKING_URI at the store the model was trained with "
             f"(unset it for the repo's mlflow.db), or {_retrain_hint(path)}"
         ) from None
+    # Before scoring: the run's folder may be another user's (a `sudo` run trained or evaluated it).
+    store.check_run_artifacts(run.info.artifact_uri, run_id, tracker.uri, evaluate_runs.ARTIFACT_FOLDER)
 
 
 def _setting(config: dict, dotted: str):

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ampbench.paths import cannot_hold, unwritable
 from ampbench.tracking.faults import lock_pids
 
 LOCK, WORKERS = ".train.lock", ".workers.lock"
@@ -45,11 +46,13 @@ def _open_locked(path: Path, mode: int) -> int | None:
     """A descriptor of ``path`` locked with ``mode``, or None if another process holds it. Retries
     when the file was removed (by an ending holder) between the open and the lock."""
     while True:
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:  # the folder was removed meanwhile (a stage publishing)
             continue
+        except OSError as err:  # a file in the folder's place, a folder this user cannot write
+            raise _unwritable(path.parent, err) from None
         try:
             fcntl.flock(fd, mode)
         except BlockingIOError:
@@ -59,6 +62,15 @@ def _open_locked(path: Path, mode: int) -> int | None:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
         os.close(fd)  # locked a file that is no longer there: lock the one that is
+
+
+def _unwritable(folder: Path, err: OSError):
+    """The one line ``checkpoints.work.check_writable`` gives, for the lock's folder (changed after
+    that check, or a path it does not see)."""
+    from ampbench.checkpoints.files import CheckpointError  # torch: only on this path
+
+    reason = unwritable(folder) or err.strerror or type(err).__name__
+    return CheckpointError(cannot_hold(folder, "work in progress (checkpoints)", reason))
 
 
 def _release(fd: int, path: Path) -> None:

@@ -51,6 +51,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
 
     variant = variant_name(args.parallel, args.precision)
     work = work_root(cfg.digest()) / variant
+    work_folder.check_writable(work, MODELS_DIR / variant)  # before the lock makes its folder
     if not parallel.STRATEGIES[args.parallel].in_process and "RANK" not in os.environ:
         workers = launch.worker_count(cfg)
         if cfg.train.batch_size % workers:

@@ -18,6 +18,8 @@ from ampbench.seed_result import SUMMARISED
 
 log = logging.getLogger(__name__)
 
+ARTIFACT_FOLDER = "evaluation"  # in each seed run: the confusion matrix and the report
+
 
 def aggregates(per_seed: list[dict]) -> dict:
     """Mean and std over seeds of each seed_result.SUMMARISED value (None, std None, unless every
@@ -137,7 +139,7 @@ def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model
         )
         (tmp / "classification_report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
         for name in ("confusion_matrix.png", "confusion_matrix.json", "classification_report.json"):
-            tracker.log_artifact(run_id, tmp / name, "evaluation")
+            tracker.log_artifact(run_id, tmp / name, ARTIFACT_FOLDER)
 
 
 def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Path) -> None:

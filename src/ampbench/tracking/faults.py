@@ -184,6 +184,30 @@ def artifact_root_unwritable(root: Path, experiment: str, uri: str, reason: str)
     )
 
 
+def run_artifacts_unwritable(path: Path, run_folder: Path, run_id: str, uri: str, reason: str) -> str:
+    """A run's own artifact folder (or a file in it) refuses this user: left by a `sudo` run."""
+    return (
+        f"MLflow run {run_id}'s artifacts (store {uri}) cannot be written: {path} "
+        f"({_owned_by(path)}{reason}): give the run's folder back (`sudo chown -R "
+        f"{_user(os.geteuid())} {run_folder}`) or make it writable by this user, then re-run the same command"
+    )
+
+
+def _owned_by(path: Path) -> str:
+    """'<p> belongs to <user>, not to <me>; ' for the nearest existing `p` of `path` if another user
+    owns it, else ''."""
+    for p in (path, *path.parents):
+        try:
+            uid = p.stat().st_uid
+        except OSError:
+            continue
+        me = os.geteuid()
+        if uid == me:
+            return ""
+        return f"{'' if p == path else f'{p} '}belongs to {_user(uid)}, not to {_user(me)}; "
+    return ""
+
+
 def _user(uid: int) -> str:
     import pwd
 
@@ -238,5 +262,23 @@ def disk_full(err: BaseException) -> str | None:
                 f"{os.strerror(e.errno)}: could not write {e.filename or 'a file'}; free space on its "
                 "filesystem, or point that folder elsewhere (a symlink to a larger disk), then re-run "
                 "the same command"
+            )
+    return None
+
+
+# What a file system says to a user who may not write somewhere (or finds a file where a folder
+# should be): the last resort of the CLI's one-line errors for an OSError no check caught first.
+REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR)
+
+
+def refused_write(err: BaseException) -> str | None:
+    """One line for an OSError of ``REFUSALS`` anywhere in err's chain (naming its path), or None."""
+    for e in _chain(err):
+        if isinstance(e, OSError) and e.errno in REFUSALS:
+            path = e.filename or "a file"
+            return (
+                f"{path}: {os.strerror(e.errno)}: make it writable by this user (`sudo chown -R "
+                f"{_user(os.geteuid())} {path}` if a `sudo` run left it), or remove what is in a "
+                "folder's place, then re-run the same command"
             )
     return None

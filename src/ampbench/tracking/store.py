@@ -8,7 +8,8 @@ calls can be bounded for a block (``http_limits``) so that a dead server costs s
 gone, database corrupt, locked or full) into one ``TrackingError`` line: what, which store, the fix
 (the wording: ``tracking.faults``). What MLflow reports late or badly is checked first:
 ``check_sqlite_store`` (the store's files writable, not a folder) when the store is opened,
-``check_artifact_root`` (the experiment's artifact folder takes files) in the stages' preflight.
+``check_artifact_root`` (the experiment's artifact folder takes files) in the stages' preflight,
+``check_run_artifacts`` (an existing run's artifact folder) before a stage logs into that run.
 """
 
 from __future__ import annotations
@@ -172,21 +173,53 @@ def check_sqlite_store(uri: str) -> None:
         raise TrackingError(faults.store_files_unwritable(uri, refused))
 
 
-def check_artifact_root(location: str, experiment: str, uri: str) -> None:
-    """The experiment's artifact root (a local folder; a remote one is not checked) can take files,
-    or a one-line TrackingError now, before any training: evaluate and compare log their files
-    there, and MLflow's own error would be a traceback after the work."""
+def _local_folder(location: str) -> Path | None:
+    """The local folder of an artifact location (a path or file: URI); None for a remote one
+    (s3:, mlflow-artifacts: a server's proxy, ...: that side checks)."""
     from urllib.parse import unquote, urlparse
 
     parsed = urlparse(location)
     if not location or parsed.scheme not in ("", "file"):
-        return  # s3:, mlflow-artifacts: (a server's proxy), ...: that side checks
-    root = Path(unquote(parsed.path) if parsed.scheme else location)
+        return None
+    return Path(unquote(parsed.path) if parsed.scheme else location)
+
+
+def check_artifact_root(location: str, experiment: str, uri: str) -> None:
+    """The experiment's artifact root (a local folder; a remote one is not checked) can take files,
+    or a one-line TrackingError now, before any training: evaluate and compare log their files
+    there, and MLflow's own error would be a traceback after the work."""
+    root = _local_folder(location)
+    if root is None:
+        return
     for folder in (root, root / "models"):  # models/: where MLflow keeps logged models' files
         if folder is root or folder.is_dir():
             reason = unwritable(folder)
             if reason:
                 raise TrackingError(faults.artifact_root_unwritable(folder, experiment, uri, reason))
+
+
+def check_run_artifacts(artifact_uri: str, run_id: str, uri: str, subfolder: str) -> None:
+    """An existing run's artifact folder (``<root>/<run id>/artifacts``) and its ``subfolder`` take
+    this stage's files, and the files there it would replace are writable: or a one-line
+    TrackingError now, before the work. The experiment's root may be the user's while a `sudo`
+    run left this run's folder root-owned (evaluate logs into the run that trained the model)."""
+    root = _local_folder(artifact_uri)
+    if root is None:
+        return
+    run_folder = root.parent if root.name == "artifacts" and root.parent.name == run_id else root
+    target = root / subfolder
+    reason = unwritable(target)
+    if not reason and target.is_dir():
+        for path in target.iterdir():
+            try:
+                os.close(os.open(path, os.O_WRONLY))  # opened for writing, not written
+            except IsADirectoryError:
+                continue
+            except OSError as err:
+                target, reason = path, err.strerror or type(err).__name__
+                break
+    if reason:
+        raise TrackingError(faults.run_artifacts_unwritable(target, run_folder, run_id, uri, reason))
 
 
 @contextmanager
