@@ -144,3 +144,17 @@ def test_a_ddp_model_too_large_for_the_host_is_one_line_before_torchrun(tmp_path
     assert "for each of its 2 processes: choose a smaller model.fc_dim" in lines[0]
     assert "Traceback" not in out.stderr and "torchrun" not in out.stderr.lower()
     assert runs(proj) == []
+
+
+@pytest.mark.parametrize("parallel", ["single", "ddp"])
+def test_a_schedule_too_short_for_one_cycle_is_one_line_before_any_run(tmp_path, parallel):
+    """The hostile re-run: `train.epochs=1` on a tiny train set (3 steps) was one line only after
+    MLflow runs were made (single), and torchrun's report with a traceback (ddp)."""
+    proj = new_project(tmp_path / "proj")
+    args = ("train", "--parallel", parallel, "--precision", "fp32", "--set", "train.epochs=1")
+    out = run_cli(proj, *args, env=venv_env(), check=False, timeout=60)
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert out.returncode != 0 and len(lines) == 1, lines
+    assert "the one-cycle schedule needs at least 4" in lines[0]
+    assert "Traceback" not in out.stderr and "torchrun" not in out.stderr.lower()
+    assert runs(proj) == []

@@ -30,18 +30,20 @@ def worker_count(cfg) -> int:
 
 
 def check_fits(cfg, workers: int) -> None:
-    """The memory check each worker makes (training/memory_check.py), made once before torchrun
-    starts: ``workers`` gloo processes share this host's memory. A model too large is then the
-    check's one line (ConfigError), not torchrun's report of every worker's refusal. With GPUs each
-    worker checks its own device: asking here would hold a CUDA context for the whole run."""
-    if torch.cuda.device_count():
-        return
+    """The checks each worker makes before any run (the schedule's length, training/loader.py; the
+    memory, training/memory_check.py), made once before torchrun starts: ``workers`` gloo processes
+    share this host's memory. A refusal is then the check's one line, not torchrun's report of every
+    worker's. With GPUs each worker checks its own device's memory: asking here would hold a CUDA
+    context for the whole run."""
     from ampbench.data import prepared
     from ampbench.paths import DATA_FILE
-    from ampbench.training import memory_check
+    from ampbench.training import loader, memory_check
 
-    classes = len(prepared.load_dataset(DATA_FILE)["classes"])  # mmap: only the list is read
-    memory_check.check_fits(cfg, torch.device("cpu"), classes, workers)
+    dataset = prepared.load_dataset(DATA_FILE)  # mmap: only what is used is read
+    loader.check_batch(cfg.train.batch_size, dataset, cfg.train.epochs)  # its schedule, too
+    if torch.cuda.device_count():
+        return
+    memory_check.check_fits(cfg, torch.device("cpu"), len(dataset["classes"]), workers)
 
 
 def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:

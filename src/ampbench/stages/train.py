@@ -67,7 +67,7 @@ def train_variant(
         # Everything that can be checked is checked before MLflow or models/ are touched.
         per_process = strategy.per_process_batch(cfg.train.batch_size)
         dataset = prepared.load_dataset(data_file)
-        loader.check_batch(cfg.train.batch_size, dataset)
+        loader.check_batch(cfg.train.batch_size, dataset, cfg.train.epochs)
         memory_check.check_fits(cfg, strategy.device, len(dataset["classes"]), memory_check.local_processes())
         tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant

@@ -125,13 +125,24 @@ class TorchLoader(DeviceLoader):
             yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
 
 
-def check_batch(global_batch: int, data: dict) -> None:
-    """A batch larger than the train set would give epochs of zero steps."""
+# The one-cycle schedule's fewest steps (build.setup refuses fewer too, as a last guard).
+ONE_CYCLE_MIN_STEPS = 4
+
+
+def check_batch(global_batch: int, data: dict, epochs: int | None = None) -> None:
+    """A batch larger than the train set would give epochs of zero steps; with ``epochs``, a
+    schedule too short for one-cycle is refused here too, before any run is created."""
     n = len(data["train_labels"])
     if global_batch > n:
         raise ValueError(
             f"train.batch_size={global_batch} is larger than the train set ({n} images); "
             "lower train.batch_size or raise data.train_per_class"
+        )
+    steps = (epochs or 0) * (n // global_batch)
+    if epochs is not None and steps < ONE_CYCLE_MIN_STEPS:
+        raise ValueError(
+            f"only {steps} training steps (train.epochs x train set / train.batch_size): the one-cycle "
+            f"schedule needs at least {ONE_CYCLE_MIN_STEPS}; raise train.epochs or lower train.batch_size"
         )
 
 
