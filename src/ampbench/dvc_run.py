@@ -114,6 +114,16 @@ class Quiet(logging.Filter):
         self.signum = self.signum or signal.SIGINT
         raise KeyboardInterrupt
 
+    def finalizer_failed(self, unraisable) -> None:
+        """sys.unraisablehook: a Ctrl-C that lands in a finalizer (a DVC progress bar's
+        ``__del__`` while the command stops) is the stop already under way, and so is any failure
+        of a finalizer once a stop signal came (a progress bar whose ``__init__`` the interrupt cut
+        short fails in ``__del__`` on attributes it never set): no traceback for either. Anything
+        else is printed as Python does."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) or self.signum:
+            return
+        sys.__unraisablehook__(unraisable)
+
     def on_sigterm(self, signum, frame) -> None:
         self.signum = signal.SIGTERM
         # DVC ignores SIGINT exactly while a stage's command runs: then the stage (which got the
@@ -167,14 +177,6 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
-def _drop_interrupted_finalizers(unraisable) -> None:
-    """sys.unraisablehook: a Ctrl-C that lands in a finalizer (a DVC progress bar's ``__del__``
-    while the command stops) is the stop already under way, not a fault to print a traceback
-    for; anything else is printed as Python does."""
-    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
-        sys.__unraisablehook__(unraisable)
-
-
 def params_fault() -> str:
     """What is wrong with the params file DVC is about to parse, in one line ("" if nothing):
     read strictly, so an alias bomb is refused at its first anchor, before any value is built."""
@@ -192,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     if fault := params_fault():
         print(fault, file=sys.stderr, flush=True)
         return EXIT_USAGE
-    sys.unraisablehook = _drop_interrupted_finalizers
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     quiet = Quiet()
+    sys.unraisablehook = quiet.finalizer_failed
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
         signal.signal(signal.SIGINT, quiet.on_sigint)
     try:
