@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from ampbench.config import ConfigError, load_config
+from ampbench.config.rules import alexnet_parameters
 from ampbench.training import memory_check
-from conftest import REPO, run_cli, runs
+from conftest import REPO, clean_env, new_project, run_cli, runs
 
 
 def _cfg(fc_dim: int):
@@ -47,3 +50,36 @@ def test_the_train_stage_refuses_before_creating_a_run(project: Path):
     assert proc.returncode == 2, proc.stderr
     assert "makes a model of" in proc.stderr and "Traceback" not in proc.stderr
     assert runs(project) == []
+
+
+def test_the_hostile_passes_oom_case_is_refused(monkeypatch):
+    """fc_dim 25000 on DDP's 2 processes sharing 20 GiB: the old count (16 bytes a parameter,
+    9.7 GiB) let it through and the kernel killed a worker; the measured rule refuses it."""
+    monkeypatch.setattr(memory_check, "available_bytes", lambda device, processes=1: 20 * 2**30 // processes)
+    with pytest.raises(ConfigError, match=r"needs at least 15\.6 GiB a process .* 10\.0 GiB free"):
+        memory_check.check_fits(_cfg(25_000), torch.device("cpu"), 10, processes=2)
+    memory_check.check_fits(_cfg(25_000), torch.device("cpu"), 10, processes=1)  # one process fits
+
+
+@pytest.mark.slow  # a DDP train stage of a 75 M parameter model: about 40 s on 2 cores
+def test_a_ddp_stage_stays_within_the_memory_it_is_checked_against(tmp_path: Path):
+    """The rule is a measurement: each DDP worker's peak resident memory, training and exporting a
+    75 M parameter model, stays under what the check counts (and over what the old rule counted,
+    so the test would catch a rule that drifted back below reality)."""
+    project = new_project(tmp_path / "p", model={"fc_dim": 8000}, tracking={"log_model": "export"},
+                          train={"checkpoint_every_s": 1})  # fmt: skip
+    # A fresh Python runs the stage and reports its children's peak: the largest descendant's
+    # (a DDP worker's), untouched by whatever this test process ran before.
+    measure = (
+        "import resource, subprocess, sys\n"
+        "cmd = [sys.executable, '-m', 'ampbench', 'train', '--parallel', 'ddp', '--precision', 'fp32']\n"
+        "status = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode\n"
+        "print(status, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", measure], cwd=project, env=clean_env(), capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    status, peak_kib = map(int, proc.stdout.split())
+    assert status == 0, proc.stderr
+    peak = peak_kib * 1024
+    params = alexnet_parameters(8000, True, 10)
+    assert params * 16 < peak <= memory_check.needed_bytes(params), (peak, params)
