@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -43,15 +44,15 @@ class StopFlag:
             if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's is kept
                 signal.signal(sig, self._handle)
         if watch_parent:
-            threading.Thread(target=self._watch, args=(os.getppid(),), daemon=True).start()
+            parent = os.getppid()
+
+            def parent_gone() -> None:
+                log.warning("parent process %d is gone: stopping at the next step boundary", parent)
+                self._launcher_gone()
+
+            watch_process(parent, lambda: os.getppid() == parent, parent_gone, "parent-watch")
         else:
             watch_launcher(self._launcher_gone)
-
-    def _watch(self, parent: int) -> None:
-        while os.getppid() == parent:
-            time.sleep(POLL_S)
-        log.warning("parent process %d is gone: stopping at the next step boundary", parent)
-        self.signum = self.signum or signal.SIGTERM
 
     def _launcher_gone(self) -> None:
         self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
@@ -78,14 +79,42 @@ def watch_launcher(on_gone) -> int | None:
     if launcher is None:
         return None
 
-    def watch() -> None:
-        while _is_ancestor(launcher):
-            time.sleep(POLL_S)
+    def gone() -> None:
         log.warning("the pipeline that started this stage (pid %d) is gone: stopping as on SIGTERM", launcher)
         on_gone()
 
-    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+    watch_process(launcher, lambda: _is_ancestor(launcher), gone, "launcher-watch")
     return launcher
+
+
+def watch_process(pid: int, alive, on_gone, name: str) -> threading.Thread:
+    """Call ``on_gone()`` from a daemon thread once process ``pid`` has exited; ``alive()`` says
+    whether pid is still the process meant (not one that reused its number).
+
+    The thread sleeps in the kernel on a pidfd (Linux 5.3+) and runs no Python code until the
+    process exits: nothing of the tool's own may run inside a timed epoch, and a poll of /proc
+    every half second would. Without pidfds it polls ``alive`` every ``POLL_S``."""
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # not Linux, an old kernel, or already gone
+            fd = None
+        try:
+            if fd is not None:
+                if alive():  # checked after opening: the pidfd is of the process meant
+                    select.select([fd], [], [])
+            else:
+                while alive():
+                    time.sleep(POLL_S)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        on_gone()
+
+    thread = threading.Thread(target=watch, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def pipeline_launcher() -> int | None:
