@@ -34,9 +34,11 @@ def save(obj: dict, path: Path) -> None:
         raise CheckpointError(f"could not write checkpoint {path}: {err.strerror}") from err
 
 
-def load(path: Path, map_location: str | torch.device = "cpu") -> dict:
+def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict:
+    """`path`'s plain weights; ``mmap``: tensors stay in the file, mapped, read only where used
+    (a look at a model's settings reads its few kB of metadata, not its 90 MB of weights)."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise
     except Exception as err:  # pickle refusing non-weights objects, truncated zip, ...

@@ -38,15 +38,16 @@ class _SavedFile:
         files.save(self.to_dict(), path)
 
     @classmethod
-    def load(cls, path: Path, map_location: str | torch.device = "cpu") -> Self:
+    def load(cls, path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Self:
         """Read and validate `path`; FileNotFoundError if it is missing, else CheckpointError.
+        ``mmap``: the tensors are mapped, not read (``files.load``).
 
         Also removes the temp files that writers killed mid-save (kill -9, OOM killer) left beside
         it: a resumed seed may train for long before its next save would remove them.
         """
         with suppress(OSError):  # a read-only folder still reads
             atomic.remove_stale_temps(Path(path))
-        raw = files.load(path, map_location)
+        raw = files.load(path, map_location, mmap)
         problem = cls._problem(raw)
         if problem:
             raise files.CheckpointError(f"{path} {problem}; {cls._fix(path)}")

@@ -192,14 +192,8 @@ def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]
         rows = []
         for seed in seeds:
             path = models_dir / variant / f"seed-{seed}" / "model.pt"
-            if path.exists():
-                saved = ModelFile.load(path)
-                rows.append(
-                    {
-                        "config_digest": saved.config_digest,
-                        **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
-                    }
-                )
+            if path.exists():  # mapped: the weights are read once, by the evaluation
+                rows.append(_settings(ModelFile.load(path, mmap=True)))
         records[variant] = {"seeds": rows}
     return records
 
