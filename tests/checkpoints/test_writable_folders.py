@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from ampbench.checkpoints import files, work
-from conftest import run_cli, runs
+from conftest import run_cli, runs, small_tmpfs
 
 
 def test_a_file_in_a_folders_place_is_named(tmp_path):
@@ -94,3 +95,21 @@ def test_a_file_in_a_work_or_models_folders_place_stops_train_in_one_line(projec
     assert len(errors) == 1 and f"{in_the_way} is a file" in errors[0], proc.stderr
     assert runs(project) == []  # refused before MLflow was touched
     assert not any(p.name.endswith(".publishing") for p in project.rglob("*"))
+
+
+def test_a_publish_onto_a_full_filesystem_says_no_space_and_keeps_the_models(tmp_path):
+    """models/ on a small filesystem of its own (checkpoints/ elsewhere): the models are copied,
+    not linked, and the copy fills the disk. The line says no space, where, and that the models
+    wait in the work folder (not "make it writable", which would not help)."""
+    done = tmp_path / "checkpoints" / "v"
+    (done / "seed-0").mkdir(parents=True)
+    (done / "seed-0" / "model.pt").write_bytes(os.urandom(2 * 2**20))
+    with small_tmpfs(tmp_path / "models", "1m") as models:
+        out = models / "v"
+        with pytest.raises(files.CheckpointError) as err:
+            work.publish(done, out, [0])
+        text = str(err.value)
+        assert text.startswith(f"No space left on device: could not copy the trained models into {out}"), text
+        assert f"the models wait in {done}/" in text and "chown" not in text and "\n" not in text
+        assert os.listdir(models) == []  # no staging folder left
+    assert (done / "seed-0" / "model.pt").stat().st_size == 2 * 2**20

@@ -17,6 +17,7 @@ The strategy given to ``load_resume`` is the training's parallel strategy (its `
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shlex
@@ -145,13 +146,26 @@ def publish(work: Path, out: Path, seeds) -> None:
         os.replace(staging, out)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
-        raise files.CheckpointError(
-            f"could not publish the trained models into {out} ({err.filename or out}: "
-            f"{err.strerror or type(err).__name__}): make {out} a folder this user can replace "
-            f"(`sudo chown -R $USER {out}`, or remove it), then re-run the same command: the models "
-            f"wait in {work}/ and are not trained again"
-        ) from None
+        raise files.CheckpointError(_publish_failed(err, work, out)) from None
     shutil.rmtree(work)
+
+
+def _publish_failed(err: OSError, work: Path, out: Path) -> str:
+    """The one line for a publish that failed: a full disk (models/ on another filesystem than
+    checkpoints/, where models are copied, not linked) or a folder this user cannot replace."""
+    wait = f"then re-run the same command: the models wait in {work}/ and are not trained again"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(out.parent).free if out.parent.is_dir() else 0
+        return (
+            f"{os.strerror(err.errno)}: could not copy the trained models into {out} ({free / 2**20:.1f} "
+            f"MiB free there; they are copied, not linked, where {out.parent}/ is on another filesystem "
+            f"than {work.parent}/): free space there, or point {out.parent} elsewhere, {wait}"
+        )
+    return (
+        f"could not publish the trained models into {out} ({err.filename or out}: "
+        f"{err.strerror or type(err).__name__}): make {out} a folder this user can replace "
+        f"(`sudo chown -R $USER {out}`, or remove it), {wait}"
+    )
 
 
 def finished(final: Path, variant: str, digest: str, fresh: bool) -> ModelFile | None:
