@@ -35,6 +35,7 @@ DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBEN
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -43,6 +44,7 @@ import signal
 import sys
 from pathlib import Path
 
+from ampbench import processes
 from ampbench.config import ConfigError
 from ampbench.config.strict import read_params
 from ampbench.warm import scope
@@ -189,6 +191,30 @@ def params_fault() -> str:
     return ""
 
 
+def _stop_when_make_is_gone() -> None:
+    """Under `make run` (make sets MAKELEVEL for its recipes): once make is gone (kill -9 of make
+    or of its recipe's shell), stop as a SIGTERM to make's job would, stage first (checkpoint,
+    runs KILLED), instead of training on with nobody waiting for the answer."""
+    make = processes.setter_of("MAKELEVEL")
+    if make is None:
+        return
+
+    def gone() -> None:
+        import psutil
+
+        print(f"make (pid {make}) is gone: stopping as on SIGTERM", file=sys.stderr, flush=True)
+        # What a SIGTERM to make's job would reach, but only this command's own part of it (not a
+        # script that ran make): DVC's stage and a warm client, in this process group, then DVC.
+        group = os.getpgrp()
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getpgid(process.pid) == group:
+                    process.send_signal(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    processes.watch_process(make, lambda: processes.is_ancestor(make), gone, "make-watch")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if fault := params_fault():
@@ -211,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 handler.addFilter(quiet)
         _quiet_ui()
         signal.signal(signal.SIGTERM, quiet.on_sigterm)
+        _stop_when_make_is_gone()
         with scope.serving():
             status = dvc_main(argv)
     except KeyboardInterrupt:  # outside DVC's own handling: while it or the warm server starts

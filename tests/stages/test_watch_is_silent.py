@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ampbench.stages.stop import watch_process
+from ampbench.processes import watch_process
 
 NAME = "watch-under-test"
 

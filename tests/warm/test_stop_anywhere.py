@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import VENV_BIN, alive, venv_env
@@ -205,3 +206,25 @@ def test_a_half_built_progress_bar_after_a_stop_prints_no_traceback(stopping: bo
     )
     stderr = _stderr_of(code)
     assert ("Traceback" in stderr) is not stopping, stderr
+
+
+def test_kill_9_of_makes_recipe_shell_stops_the_pipeline_it_started(tmp_path: Path):
+    """`make run` is killed under the pipeline (kill -9 of make's recipe shell, then make ends
+    with the failed recipe): the pipeline command, whose make is gone, stops as on SIGTERM, the
+    stage with it, instead of running on as an orphan that nobody waits for."""
+    project = _project(tmp_path / "p", "hold")
+    python = sys.executable
+    (project / "Makefile").write_text(f"run:\n\t{python} -m ampbench.dvc_run repro; echo recipe-ended\n")
+    make = subprocess.Popen(["make", "-s", "run"], cwd=project, env=venv_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    _wait_for(project / "started", make)
+    recipe_shell = psutil.Process(make.pid).children()[0]
+    pipeline = [p for p in recipe_shell.children() if "ampbench.dvc_run" in " ".join(p.cmdline())][0]
+    everything = [pipeline, *pipeline.children(recursive=True)]
+    recipe_shell.kill()
+    output = make.communicate(timeout=60)[0]  # EOF: every process holding make's output has ended
+    assert "make (pid" in output and "is gone: stopping as on SIGTERM" in output, output
+    assert "Stopped by SIGTERM during stage 'work'" in output, output
+    assert "Traceback" not in output and "recipe-ended" not in output, output
+    gone, alive_ = psutil.wait_procs(everything, timeout=10)
+    assert not alive_, f"left running: {[p.cmdline() for p in alive_]}"

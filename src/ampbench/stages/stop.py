@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
-import threading
 import time
-from pathlib import Path
+
+from ampbench.processes import is_ancestor, setter_of, watch_process
 
 log = logging.getLogger(__name__)
 
 PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
-POLL_S = 0.5
 
 
 class StopFlag:
@@ -83,38 +81,8 @@ def watch_launcher(on_gone) -> int | None:
         log.warning("the pipeline that started this stage (pid %d) is gone: stopping as on SIGTERM", launcher)
         on_gone()
 
-    watch_process(launcher, lambda: _is_ancestor(launcher), gone, "launcher-watch")
+    watch_process(launcher, lambda: is_ancestor(launcher), gone, "launcher-watch")
     return launcher
-
-
-def watch_process(pid: int, alive, on_gone, name: str) -> threading.Thread:
-    """Call ``on_gone()`` from a daemon thread once process ``pid`` has exited; ``alive()`` says
-    whether pid is still the process meant (not one that reused its number).
-
-    The thread sleeps in the kernel on a pidfd (Linux 5.3+) and runs no Python code until the
-    process exits: nothing of the tool's own may run inside a timed epoch, and a poll of /proc
-    every half second would. Without pidfds it polls ``alive`` every ``POLL_S``."""
-
-    def watch() -> None:
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # not Linux, an old kernel, or already gone
-            fd = None
-        try:
-            if fd is not None:
-                if alive():  # checked after opening: the pidfd is of the process meant
-                    select.select([fd], [], [])
-            else:
-                while alive():
-                    time.sleep(POLL_S)
-        finally:
-            if fd is not None:
-                os.close(fd)
-        on_gone()
-
-    thread = threading.Thread(target=watch, name=name, daemon=True)
-    thread.start()
-    return thread
 
 
 def pipeline_launcher() -> int | None:
@@ -123,39 +91,4 @@ def pipeline_launcher() -> int | None:
     DVC runs a stage's command as ``$SHELL -c CMD``; a shell that does not exec the command stays
     in between, so the launcher is the nearest ancestor whose environment lacks this stage's
     DVC_STAGE (a DVC nested in another stage has the outer stage's name)."""
-    stage = os.environ.get(PIPELINE_STAGE_ENV)
-    if not stage or not Path("/proc/self/stat").exists():
-        return None
-    pid = os.getppid()
-    while pid > 1 and _environ(pid).get(PIPELINE_STAGE_ENV) == stage:
-        pid = _parent(pid)
-    return pid if pid > 1 else None
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:  # gone, or not ours to read: no stage's shell
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _parent(pid: int) -> int:
-    try:  # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _is_ancestor(pid: int) -> bool:
-    """Whether pid is still an ancestor of this process: a dead launcher's children are
-    reparented at once, so neither a zombie nor a reused pid passes."""
-    ancestor = os.getppid()
-    for _ in range(64):  # deeper than any real process tree
-        if ancestor == pid:
-            return True
-        if ancestor <= 1:
-            return False
-        ancestor = _parent(ancestor)
-    return False
+    return setter_of(PIPELINE_STAGE_ENV)

@@ -1,0 +1,87 @@
+"""Watching the processes that started this one: who set a variable for its children (DVC's
+DVC_STAGE, make's MAKELEVEL), whether it is still an ancestor, and a thread that acts once it
+has exited. Used by a train stage (its pipeline tool, a DDP worker's torchrun) and by the pipeline
+command (make); Linux's /proc and pidfds, with a polling fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from pathlib import Path
+
+POLL_S = 0.5  # the fallback's poll, where pidfds are missing
+
+
+def watch_process(pid: int, alive, on_gone, name: str) -> threading.Thread:
+    """Call ``on_gone()`` from a daemon thread once process ``pid`` has exited; ``alive()`` says
+    whether pid is still the process meant (not one that reused its number).
+
+    The thread sleeps in the kernel on a pidfd (Linux 5.3+) and runs no Python code until the
+    process exits: nothing of the tool's own may run inside a timed epoch, and a poll of /proc
+    every half second would. Without pidfds it polls ``alive`` every ``POLL_S``."""
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # not Linux, an old kernel, or already gone
+            fd = None
+        try:
+            if fd is not None:
+                if alive():  # checked after opening: the pidfd is of the process meant
+                    select.select([fd], [], [])
+            else:
+                while alive():
+                    time.sleep(POLL_S)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        on_gone()
+
+    thread = threading.Thread(target=watch, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def setter_of(variable: str) -> int | None:
+    """The nearest ancestor whose environment does not hold this process's value of `variable`:
+    the process that set it for its children (DVC's DVC_STAGE, make's MAKELEVEL), past the shells
+    in between; None where this process has no such variable, or without /proc."""
+    value = os.environ.get(variable)
+    if not value or not Path("/proc/self/stat").exists():
+        return None
+    pid = os.getppid()
+    while pid > 1 and _environ(pid).get(variable) == value:
+        pid = _parent(pid)
+    return pid if pid > 1 else None
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or not ours to read: no stage's shell
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _parent(pid: int) -> int:
+    try:  # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def is_ancestor(pid: int) -> bool:
+    """Whether pid is still an ancestor of this process: a dead launcher's children are
+    reparented at once, so neither a zombie nor a reused pid passes."""
+    ancestor = os.getppid()
+    for _ in range(64):  # deeper than any real process tree
+        if ancestor == pid:
+            return True
+        if ancestor <= 1:
+            return False
+        ancestor = _parent(ancestor)
+    return False
