@@ -20,6 +20,16 @@ def process_age() -> float:
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def process_seconds() -> float:
+    """Wall time since this process started (``process_age``; without /proc, since this module
+    loaded)."""
+    age = process_age()
+    return max(0.0, age) if age == age else time.monotonic() - _LOADED
+
+
+_LOADED = time.monotonic()
+
+
 _command_start: list[float] = []  # set when a later command of this process begins
 
 

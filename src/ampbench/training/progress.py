@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from ampbench.config import Config
-from ampbench.timing import process_age
+from ampbench.timing import process_seconds
+from ampbench.training.heartbeat import Heartbeat
 from ampbench.training.measure import sync
 from ampbench.training.study_cost import (
     eval_steps,
@@ -33,19 +34,9 @@ from ampbench.training.study_cost import (
 )
 
 # Re-exported: `ampbench estimate` calls progress.preflight.
-__all__ = ["StageProgress", "fmt_duration", "for_stage", "preflight", "process_seconds"]
+__all__ = ["StageProgress", "fmt_duration", "for_stage", "preflight"]
 
 log = logging.getLogger(__name__)
-
-
-def process_seconds() -> float:
-    """Wall time since this process started (timing.process_age; without /proc, since this module
-    loaded)."""
-    age = process_age()
-    return max(0.0, age) if age == age else time.monotonic() - _LOADED
-
-
-_LOADED = time.monotonic()
 
 
 class StageProgress:
@@ -93,8 +84,10 @@ class StageProgress:
 
             total, desc = len(self.seeds) * self.per_seed, f"{variant} (all seeds)"
             self.bar = tqdm(total=total, desc=desc, unit="step", position=0, dynamic_ncols=True, disable=None)
+        # No bar drawn (output not a terminal): a line every HEARTBEAT_S instead, timed from start.
+        no_bar = enabled and getattr(self.bar, "disable", True)
+        self.heartbeat = Heartbeat(no_bar, self.created - self.startup_s)
 
-    # --- called by loop.train_seed -------------------------------------------------------
     def start_seed(self, seed: int, epoch: int = 0, step: int = 0) -> None:
         """A seed starts (or resumes at epoch/step): the stage bar jumps to its place."""
         self.seed, self.epoch, self.step_in_epoch = seed, epoch, step
@@ -103,14 +96,17 @@ class StageProgress:
             self.seed_setup_s = time.perf_counter() - self.created
         self._epoch_t0, self._epoch_steps = time.perf_counter(), 0
         if self.bar is not None:
-            done = self.seeds.index(seed) * self.per_seed + epoch * self.spe + step
-            self.bar.n = done
+            self.bar.n = self.seeds.index(seed) * self.per_seed + epoch * self.spe + step
             self.bar.refresh()
 
     def step(self, device: torch.device | None = None) -> bool:
         """One training step is done (its kernels may still run: syncs only to time the window).
-        True once the step time is measured: the caller then calls :meth:`report` (outside its
-        clock: the estimate is a log line, not training)."""
+        True once the step time is measured, or a heartbeat line is due: the caller then calls
+        :meth:`report` (outside its clock: a log line, not training)."""
+        measured = self._time_step(device)
+        return self.heartbeat.due(self._last_step_t) or measured
+
+    def _time_step(self, device: torch.device | None) -> bool:
         self.step_in_epoch += 1
         self._epoch_steps += 1
         if self._epochs_timed < self._epochs_to_time and self.step_in_epoch == self.spe:
@@ -206,7 +202,10 @@ class StageProgress:
 
     def report(self, corrected: bool = False) -> dict:
         """Log the stage and study estimates once the step time is known (rank 0); `corrected`:
-        again after the first epoch, from its measured steps and evaluation."""
+        again after the first epoch, from its measured steps and evaluation. Else a heartbeat."""
+        if not corrected and (self.step_s is None or self.estimate is not None):
+            self.heartbeat.say(self, self.stage_left_s() if self.step_s is not None else None)
+            return self.estimate
         elapsed = process_seconds()
         stage_left = self.stage_left_s()
         study_left, others = self.study_left_s(stage_left)
