@@ -200,7 +200,7 @@ class StageProgress:
         per_eval = self.startup_s + len(self.seeds) * test_pass
         return total + n_variants * per_eval + self.startup_s, others
 
-    def report(self, corrected: bool = False) -> dict:
+    def report(self, corrected: bool = False) -> dict | None:
         """Log the stage and study estimates once the step time is known (rank 0); `corrected`:
         again after the first epoch, from its measured steps and evaluation. Else a heartbeat."""
         if not corrected and (self.step_s is None or self.estimate is not None):
