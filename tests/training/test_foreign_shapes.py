@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ampbench import config
-from ampbench.checkpoints import files
+from ampbench.checkpoints import files, work
 from ampbench.checkpoints.state import SeedCheckpoint
 from ampbench.training import loop, parallel, precision
 from conftest import REPO, crash_at_step, make_dataset
@@ -35,3 +35,29 @@ def test_a_checkpoint_of_other_shapes_is_one_line_naming_it_and_fresh(tmp_path):
     assert message.startswith(f"{tmp_path / 'checkpoint.pt'} does not fit this model (RuntimeError:")
     assert message.endswith("re-run with --fresh to discard it") and "\n" not in message
     assert len(message) < 400
+
+
+def test_fresh_discards_a_checkpoint_of_other_shapes_and_trains_from_the_start(tmp_path):
+    """The line's fix must work (hostile re-run D9: `--fresh` gave the same error again, since the
+    digest matched): --fresh discards any checkpoint, and the seed then trains from epoch 1."""
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(_job(tmp_path, 32, crash_at_step(4)))
+    ckpt = tmp_path / "checkpoint.pt"
+    job = _job(tmp_path, 48)
+    saved = SeedCheckpoint.load(ckpt)
+    digest, variant = saved.config_digest, saved.variant
+    assert work.load_resume(ckpt, digest, variant, False, job.strategy) is not None  # it matches
+    assert work.load_resume(ckpt, digest, variant, True, job.strategy) is None  # --fresh
+    assert not ckpt.exists()
+    out = loop.train_seed(job)  # the new model's shapes, from the start
+    assert len(out["history"]) == 2
+
+
+def test_fresh_trains_a_finished_seed_again_and_its_resume_line_drops_it(tmp_path):
+    final = tmp_path / "model.pt"
+    final.write_bytes(b"a finished seed of the old model's code")  # not even read under --fresh
+    assert work.finished(final, "single-fp32", "digest", fresh=True) is None
+    hint = work.resume_hint(["train", "--parallel", "single", "--precision", "fp32", "--fresh"])
+    assert hint.endswith(
+        "ampbench train --parallel single --precision fp32 (or the dvc repro / make run that started it)"
+    )

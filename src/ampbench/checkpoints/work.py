@@ -36,8 +36,9 @@ class ResumeError(RuntimeError):
 
 
 def load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
-    """The checkpoint to continue from, if any. ``fresh``: one that cannot be resumed (another
-    configuration, an older format, unreadable) is discarded; without it, that raises."""
+    """The checkpoint to continue from, if any. One that cannot be resumed (another configuration,
+    an older format, unreadable) raises. ``fresh``: any checkpoint is discarded, resumable or
+    not (a model's code may have changed where the configuration digest cannot see it)."""
     state, problem = None, ""
     if ckpt.exists():
         try:
@@ -49,12 +50,12 @@ def load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) ->
     strategy.barrier()  # every rank has read it before rank 0 may discard it
     if state is None and not problem:
         return None
-    if state is not None and state.matches(digest, variant):
-        return state
     if not fresh:
+        if state is not None and state.matches(digest, variant):
+            return state
         raise _foreign(ckpt, state, variant, digest)
     if strategy.is_main:
-        log.warning("discarding %s (%s): --fresh", ckpt, problem or "written by another configuration")
+        log.warning("discarding %s (%s): --fresh", ckpt, problem or "starting the seed over")
         ckpt.unlink(missing_ok=True)
     return None
 
@@ -172,17 +173,11 @@ def finished(final: Path, variant: str, digest: str, fresh: bool) -> ModelFile |
     """A seed this stage already trained (its model.pt in the work folder), else None.
 
     One of another configuration is trained again (and replaced); an unreadable one or one of an
-    older format raises, unless ``fresh``.
+    older format raises. ``fresh``: none is kept, every seed is trained again.
     """
-    if not final.exists():
+    if fresh or not final.exists():
         return None
-    try:
-        saved = ModelFile.load(final)
-    except files.CheckpointError as err:
-        if not fresh:
-            raise
-        log.warning("%s: --fresh, training the seed again", err)
-        return None
+    saved = ModelFile.load(final)
     return saved if saved.matches(digest, variant) else None
 
 
@@ -198,7 +193,7 @@ def resume_hint(argv: list[str]) -> str:
     started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
     if started_by:
         return f"To resume: {started_by}"
-    command = shlex.join(["ampbench", *argv])
+    command = shlex.join(["ampbench", *(a for a in argv if a != "--fresh")])  # would start over
     return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"
 
 

@@ -39,7 +39,8 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--fresh",
         action="store_true",
-        help="discard a checkpoint written by another configuration and start over",
+        help="train every seed from the start: discard this variant's checkpoints and finished seeds "
+        "in checkpoints/<variant>/ (e.g. after its model's code changed)",
     )
 
 
