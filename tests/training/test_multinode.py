@@ -10,6 +10,7 @@ other with its work saved, so that the same command resumes exactly.
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import clean_env, free_port, new_project
+from conftest import REPO, clean_env, free_port, new_project
 
 pytestmark = pytest.mark.slow  # torchrun agents and their workers as subprocesses
 
@@ -133,9 +134,14 @@ def test_a_lost_node_stops_the_other_and_the_same_command_resumes_exactly(tmp_pa
     rc, out = survivor.wait(timeout=120), survivor.communicate()[0]
     lost.wait(timeout=30)
     assert rc != 0, out
-    # The surviving worker says so in one line; what torchrun's own agent prints is torch's.
-    assert "another process of this DDP job is gone" in out, out
+    # The surviving worker says so in one line: its collective failed ("another process ... is
+    # gone"), or its agent stopped it first (a stop: checkpoint saved, how to resume). What
+    # torchrun's own agent prints is torch's, but never a traceback of ours, not even inside its
+    # report (@record used to write the survivor's Stopped into it).
+    gone = "another process of this DDP job is gone" in out
+    assert gone or ("checkpoint saved" in out and "To resume" in out), out
     assert "[rank0]: Traceback" not in out and "[rank1]: Traceback" not in out, out
+    assert not re.search(r'File "[^"]*/ampbench/', out), out
     assert time.monotonic() - started < 90, f"the surviving node took too long to stop:\n{out}"
     assert not (project / VARIANT_DIR / "model.pt").exists(), "the interrupted seed was published"
     assert any((project / "checkpoints" / "ddp-fp32").rglob("*.pt")), "the checkpoint was lost"
@@ -144,3 +150,34 @@ def test_a_lost_node_stops_the_other_and_the_same_command_resumes_exactly(tmp_pa
     assert [r for r, _ in results] == [0, 0], "\n".join(o for _, o in results)
     assert any("resum" in o.lower() for _, o in results), "the re-run did not say it resumed"
     _assert_same_weights(_weights(project), one_node)
+
+
+@pytest.mark.parametrize("ending", ["stopped", "peer gone"])
+def test_a_workers_stop_or_lost_peer_is_not_written_into_torchruns_report(ending, tmp_path, monkeypatch):
+    """torchrun prints a failed worker's error file in its report: a stop (its agent's SIGTERM)
+    or a lost peer is the worker's one line and exit status, never its traceback there."""
+    import argparse
+
+    import torch.distributed as dist
+
+    from ampbench.config import load_config
+    from ampbench.stages import train, train_main
+    from ampbench.training import loop
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    failure = loop.Stopped("stopped at epoch 4 step 7; checkpoint saved") if ending == "stopped" else (
+        dist.DistError("Connection reset by peer"))  # fmt: skip
+
+    def ends(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(train, "train_variant", ends)
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(parallel="ddp", precision="fp32", fresh=False, params=str(REPO / "params.yaml"),
+                              overrides=[])  # fmt: skip
+    monkeypatch.setattr(train_main, "all_overrides", lambda args: [])
+    status = train_main._train_here(load_config(REPO / "params.yaml"), args, ["train"], tmp_path / "w")
+    assert status == (143 if ending == "stopped" else 1)
+    assert not error_file.exists(), error_file.read_text()

@@ -84,28 +84,40 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     # a DDP worker stops if torchrun dies; any other stage if the DVC that started it dies
     stop = StopFlag(watch_parent="RANK" in os.environ)
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
-    try:
-        results = launch.record(train.train_variant)(
-            cfg,
-            args.parallel,
-            args.precision,
-            MODELS_DIR,
-            DATA_FILE,
-            args.fresh,
-            stop,
-            work.parent,
-            watch.check,
-        )
-    except loop.Stopped as stopped:
-        if int(os.environ.get("RANK", "0")) == 0:
-            log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
-        return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (128 + signal)
-    except Exception as err:
-        line = peers.stop_line(err, variant_name(args.parallel, args.precision), work)
-        if line is None:
-            raise
-        log.error("%s", line)
-        return 1
+
+    def run() -> int:
+        try:
+            results = train.train_variant(
+                cfg,
+                args.parallel,
+                args.precision,
+                MODELS_DIR,
+                DATA_FILE,
+                args.fresh,
+                stop,
+                work.parent,
+                watch.check,
+            )
+        except loop.Stopped as stopped:
+            if int(os.environ.get("RANK", "0")) == 0:
+                log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
+            return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
+        except Exception as err:
+            line = peers.stop_line(err, variant_name(args.parallel, args.precision), work)
+            if line is None:
+                raise
+            log.error("%s", line)
+            return 1
+        _said(results)
+        return 0
+
+    # torchrun's @record writes what escapes into the report it prints: a bug's traceback, never
+    # a stop or a lost peer, which are said above in one line (the worker's exit status tells torchrun)
+    return launch.record(run)()
+
+
+def _said(results) -> None:
+    """Each seed's result, in one line."""
     for seed, run_id, r in results:
         log.info(
             "seed %s: test accuracy %.4f, %.0f images/s, train %.1f s, diverged=%s, run %s",
@@ -116,4 +128,3 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             r.diverged,
             run_id,
         )
-    return 0
