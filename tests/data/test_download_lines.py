@@ -13,6 +13,7 @@ import time
 import pytest
 
 from ampbench.data import download_lines, fetch
+from conftest import image_folder_archive
 
 EVERY_S = 0.4  # the progress interval here; the default 20 s keeps every gap under 30 s
 WINDOW_S = 3  # data.timeout_s: the floor fails the trickle after one window
@@ -84,3 +85,22 @@ def test_a_source_that_never_answers_is_reported_while_waiting(source, tmp_path,
 
 def test_the_default_interval_keeps_every_gap_under_30_s():
     assert download_lines.EVERY_S <= 25
+
+
+def test_extracting_and_decoding_without_a_terminal_say_how_far_they_got(tmp_path, monkeypatch, caplog):
+    """Extracting and decoding CIFAR-10's 60,000 JPEGs takes a minute on 2 cores, silent where no
+    bar is drawn (hostile re-run: 69 s before the download stage's first line): a line as each
+    starts and every EVERY_S."""
+    from ampbench.data import prepared
+
+    archive = image_folder_archive(tmp_path)  # also tmp_path/imagefolder/{train,test}/<class>/*.png
+    monkeypatch.setattr(download_lines, "EVERY_S", 0.0)  # every item: the test sees the lines
+    with caplog.at_level("INFO", logger="ampbench.data.download_lines"):
+        fetch.safe_extract(archive, tmp_path / "extracted")
+        ds = prepared.load_image_folder(tmp_path / "imagefolder")
+    lines = [r.getMessage() for r in caplog.records]
+    extracting = [line for line in lines if line.startswith("extracting tiny-cifar.tar.gz: ")]
+    assert extracting[0] == "extracting tiny-cifar.tar.gz: 112 files", extracting  # 90 images, 22 folders
+    decoding = [line for line in lines if line.startswith("decoding ")]
+    assert len(ds["train_labels"]) == 60 and decoding[0].endswith("/train/: 60 images"), decoding
+    assert decoding[-1].endswith("/test/: 29 of 30 images"), decoding[-1]  # pytest captures: no bar

@@ -69,3 +69,19 @@ class DownloadLines(Watcher):
             f"downloading {self.final.name}: {size_text(got)}{of} in {now - self.answered_at:.0f} s, "
             f"{size_text(rate)}/s lately"
         )
+
+
+def counted(items: list, what: str, unit: str):
+    """``items``, yielded one by one; where no bar is drawn, a line as the work starts and one
+    every ``EVERY_S`` seconds saying how far it got ("extracting c.tar.gz: 23,000 of 60,022
+    files"): extracting and decoding CIFAR-10 takes a minute on two cores, silent otherwise."""
+    if _bar_drawn():
+        yield from items
+        return
+    log.info("%s: %s %s", what, f"{len(items):,}", unit)
+    said = time.monotonic()
+    for i, item in enumerate(items):
+        if time.monotonic() - said >= EVERY_S:
+            log.info("%s: %s of %s %s", what, f"{i:,}", f"{len(items):,}", unit)
+            said = time.monotonic()
+        yield item

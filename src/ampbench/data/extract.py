@@ -25,6 +25,7 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from ampbench import atomic
+from ampbench.data import download_lines
 from ampbench.data.errors import DataError, no_space, no_space_message, size_text
 
 CHUNK = 1 << 20
@@ -193,7 +194,8 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             for member in members:  # check everything before writing anything
                 _check_member(member, archive)
             # filter="data" is a second line of defence should the checks above miss something.
-            bar = tqdm(members, desc=f"extract {archive.name}", unit="file", disable=None)
+            lines = download_lines.counted(members, f"extracting {archive.name}", "files")  # no bar: lines
+            bar = tqdm(lines, desc=f"extract {archive.name}", total=len(members), unit="file", disable=None)
             tar.extractall(tmp, members=bar, filter="data")
         if dest.exists():  # move the old copy aside atomically so dest is never half-deleted
             old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=atomic.temp_name(dest, "old") + "-"))

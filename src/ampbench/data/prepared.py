@@ -8,8 +8,8 @@ writes a dict of uint8/int64 tensors atomically:
     summary = prepare(CIFAR10_URL, Path("data/cifar10.pt"), Path("data/cache"), train_per_class=100)
     ds = load_dataset(Path("data/cifar10.pt"), device="cuda")  # {"train_images": (N,3,32,32), ...}
 
-Every failure raises ``DataError`` (defined in ``ampbench.data.fetch``, importable from here too) whose
-message says what went wrong, where, and how to fix it.
+Every failure raises ``DataError`` (``ampbench.data.fetch``, importable from here too) saying what
+went wrong, where, and how to fix it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ampbench import atomic
-from ampbench.data import resize
+from ampbench.data import download_lines, resize
 from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
 
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
@@ -48,18 +48,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CIFAR10_CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
 
 
@@ -126,7 +115,10 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tupl
     # torchvision deprecates its image io in favour of torchcodec (not a dependency here).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        for i, (path, _) in enumerate(tqdm(samples, desc=f"decode {folder.name}", unit="img", disable=None)):
+        lines = download_lines.counted(samples, f"decoding {folder}/", "images")  # where no bar is drawn
+        for i, (path, _) in enumerate(
+            tqdm(lines, f"decode {folder.name}", len(samples), unit="img", disable=None)
+        ):
             try:
                 img = torchvision.io.decode_image(torchvision.io.read_file(path), mode=rgb)
             except RuntimeError as exc:
