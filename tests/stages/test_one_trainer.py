@@ -102,7 +102,8 @@ def test_params_watch_names_each_changed_setting_and_ignores_the_rest(tmp_path):
         watch.check()  # train.epochs stays 3: the stage's --set
     assert str(err.value) == (
         f"{params} changed while this stage ran (model.fc_dim 32 -> 16, train.lr 0.2 -> 0.1); its models "
-        "were trained with the old settings and are not published; re-run"
+        "were trained with the old settings and are not published. To publish them, put the old settings "
+        "back and re-run: the finished seeds are not trained again. To train with the new ones, re-run"
     )
     params.write_text("train: {lr: -1}\n")
     with pytest.raises(ParamsChangedError, match="it no longer loads"):

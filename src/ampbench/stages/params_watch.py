@@ -40,5 +40,6 @@ class ParamsWatch:
             )
         raise ParamsChangedError(
             f"{self.params_file} changed while this stage ran ({changed}); its models were trained "
-            "with the old settings and are not published; re-run"
+            "with the old settings and are not published. To publish them, put the old settings back "
+            "and re-run: the finished seeds are not trained again. To train with the new ones, re-run"
         )
