@@ -27,6 +27,28 @@ from pathlib import Path
 
 from ampbench.warm import SOCKET_ENV
 
+PREFIX = "ampbench-warm-"
+OWNER = "owner.pid"  # the command whose server the folder holds
+
+
+def sweep_stale(tmp: Path) -> list[Path]:
+    """Remove the folders of this user's commands that are gone (kill -9, a hang-up: no cleanup
+    ran; their servers ended with their stdin); the folders removed. Another command's, or one
+    being made (no owner yet), is left alone."""
+    removed = []
+    for folder in tmp.glob(f"{PREFIX}*"):
+        try:
+            if folder.stat().st_uid != os.geteuid():
+                continue
+            owner = int((folder / OWNER).read_text(encoding="utf-8"))
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except (OSError, ValueError):  # not ours to judge, or being made
+            continue
+    return removed
+
 
 def enabled() -> bool:
     off = os.environ.get("AMPBENCH_WARM", "1").lower() in ("0", "off", "no", "false")
@@ -39,7 +61,9 @@ def serving() -> Iterator[Path | None]:
     if not enabled():
         yield None
         return
-    folder = Path(tempfile.mkdtemp(prefix="ampbench-warm-"))  # 0700, this user's
+    sweep_stale(Path(tempfile.gettempdir()))
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX))  # 0700, this user's
+    (folder / OWNER).write_text(str(os.getpid()), encoding="utf-8")
     log = folder / "server.log"
     with open(log, "wb") as out:
         server = subprocess.Popen(
