@@ -4,6 +4,7 @@ gigabytes and a crash, nor ruamel's dozen lines (issue 36, F6 and W7)."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -72,3 +73,31 @@ def test_a_sound_params_file_is_handed_to_dvc(project):
     done, _ = _repro(project)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "trained" in done.stdout, done.stdout
+
+
+def test_a_second_pipeline_command_is_refused_before_it_touches_params(project):
+    """`make run` while another runs in the project: DVC's `exp run -S` would rewrite params.yaml
+    under the running study before finding its outputs locked. Refused first, naming the one
+    running; params.yaml as it was."""
+    (project / "params.yaml").write_text("train:\n  lr: 0.1\n")
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        lock = {
+            "write": {"models/single-fp32": {"pid": running.pid, "cmd": "dvc exp run -S x=1"}},
+            "read": {},
+        }
+        (project / ".dvc" / "tmp").mkdir(exist_ok=True)
+        (project / ".dvc" / "tmp" / "rwlock").write_text(json.dumps(lock))
+        env = {**os.environ, "AMPBENCH_WARM": "0", "DVC_NO_ANALYTICS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "ampbench.dvc_run", "exp", "run", "-S", "train.lr=0.5"],
+            cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        running.kill()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"ERROR: this project is busy: pid {running.pid} (dvc exp run -S x=1) is running its pipeline; "
+        f"wait for it to end, or stop it (Ctrl-C where it runs, or kill {running.pid}), then run this again"
+    ]
+    assert (project / "params.yaml").read_text() == "train:\n  lr: 0.1\n"

@@ -12,8 +12,9 @@
    130" and exit 255. Here DVC's error becomes one line (only where the stage printed none: a
    train stage that saved prints its own) and the exit status the conventional 128 + signal.
 
-SIGTERM to this process while a stage runs waits for the stage (which got it too and saves), as
-DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
+SIGTERM to this process while a stage runs is passed on to the stage (which may have got it
+too: one stop) and waits for it to save, as DVC does for SIGINT; outside a stage it interrupts DVC
+as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
 (set by the Makefile) is the command the stop line names; default: this dvc command.
 
 3. DVC's bookkeeping is not the user's business: the command line of each stage ("> ampbench
@@ -26,11 +27,8 @@ DVC does for SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBEN
 
 5. The stages DVC starts run warm: in forks of a server, started here and ended with this
    command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
-6. DVC parses params.yaml before any stage runs, with a loader that expands YAML aliases (a few
-   lines of nested ones: gigabytes, then a crash) and reports duplicate keys in a dozen lines. So
-   the params file DVC will read (params.yaml here) is first read by the project's strict loader
-   (``config.strict``: no torch, no DVC), and a fault in it is one line and exit 2, as
-   ``ampbench train`` says it. A plain ``dvc repro`` by hand does not pass through here.
+6. Before DVC runs: a params file DVC would choke on, a project another pipeline command is
+   running, and a data path DVC's override grammar would misread (``ampbench.dvc_guard``).
 """
 
 from __future__ import annotations
@@ -42,11 +40,8 @@ import re
 import shlex
 import signal
 import sys
-from pathlib import Path
 
-from ampbench import processes
-from ampbench.config import ConfigError
-from ampbench.config.strict import read_params
+from ampbench import dvc_guard, processes
 from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
@@ -56,6 +51,7 @@ STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
 INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
 FAILED = re.compile(r"failed to reproduce '(?P<stage>[^']+)'.*exited with (?P<status>-?\d+)", re.S)
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"
+MAKE_JOB_ENV = "AMPBENCH_MAKE_JOB"  # set by the Makefile's STOPPABLE: see main
 # DVC's INFO lines that say nothing to the user (see 3. above), as their message starts
 BOOKKEEPING = (
     "> ",
@@ -66,8 +62,6 @@ BOOKKEEPING = (
 )
 PUSH_TIP = "Use `dvc push`"
 UP_TO_DATE = "Data and pipelines are up to date."
-PARAMS_FILE = "params.yaml"  # the params file DVC reads by default, beside dvc.yaml
-EXIT_USAGE = 2  # as `ampbench` exits on a configuration error
 
 
 def _messages(record: logging.LogRecord) -> str:
@@ -127,9 +121,15 @@ class Quiet(logging.Filter):
         sys.__unraisablehook__(unraisable)
 
     def on_sigterm(self, signum, frame) -> None:
+        if self.signum == signal.SIGTERM:  # the same stop again (a whole job's, then make's forward)
+            return
         self.signum = signal.SIGTERM
-        # DVC ignores SIGINT exactly while a stage's command runs: then the stage (which got the
-        # signal too) stops and saves, and its exit status ends the run. Otherwise stop DVC now.
+        # A SIGTERM to this process alone (make's, forwarded by its recipe; a kill of this pid)
+        # reaches no stage: pass it on. A stage that got it from its job too within a second
+        # takes both as one stop (stages/stop.py).
+        signal_own_stages(signal.SIGTERM)
+        # DVC ignores SIGINT exactly while a stage's command runs: then the stage stops and saves,
+        # and its exit status ends the run. Otherwise stop DVC now.
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             raise KeyboardInterrupt
 
@@ -179,16 +179,16 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
-def params_fault() -> str:
-    """What is wrong with the params file DVC is about to parse, in one line ("" if nothing):
-    read strictly, so an alias bomb is refused at its first anchor, before any value is built."""
-    if not os.path.lexists(PARAMS_FILE):  # not a project folder: DVC says so itself
-        return ""
-    try:
-        read_params(Path(PARAMS_FILE))
-    except ConfigError as err:
-        return f"ERROR: {err}"
-    return ""
+def signal_own_stages(signum: int) -> None:
+    """``signum`` to what a signal to make's job would reach, but only this command's own part of
+    it (not a script that ran make): DVC's stage and a warm client, in this process group."""
+    import psutil
+
+    group = os.getpgrp()
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getpgid(process.pid) == group:
+                process.send_signal(signum)
 
 
 def _stop_when_make_is_gone() -> None:
@@ -200,32 +200,31 @@ def _stop_when_make_is_gone() -> None:
         return
 
     def gone() -> None:
-        import psutil
-
         print(f"make (pid {make}) is gone: stopping as on SIGTERM", file=sys.stderr, flush=True)
-        # What a SIGTERM to make's job would reach, but only this command's own part of it (not a
-        # script that ran make): DVC's stage and a warm client, in this process group, then DVC.
-        group = os.getpgrp()
-        for process in psutil.Process().children(recursive=True):
-            with contextlib.suppress(OSError, psutil.Error):
-                if os.getpgid(process.pid) == group:
-                    process.send_signal(signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # what a SIGTERM to make's job does (on_sigterm)
 
     processes.watch_process(make, lambda: processes.is_ancestor(make), gone, "make-watch")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if fault := params_fault():
+    if fault := dvc_guard.params_fault():
         print(fault, file=sys.stderr, flush=True)
-        return EXIT_USAGE
+        return dvc_guard.EXIT_USAGE
+    if fault := dvc_guard.busy_fault():
+        print(fault, file=sys.stderr, flush=True)
+        return 1
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     quiet = Quiet()
     sys.unraisablehook = quiet.finalizer_failed
+    if os.environ.pop(MAKE_JOB_ENV, "") and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # make's recipe started this command in the background, to pass make's SIGTERM on to it
+        # (the Makefile's STOPPABLE); a POSIX shell ignores SIGINT for a background command, but
+        # this one is the user's foreground work: Ctrl-C stops it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
         signal.signal(signal.SIGINT, quiet.on_sigint)
     try:
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, quiet.on_sigterm)
         _stop_when_make_is_gone()
         with scope.serving():
-            status = dvc_main(argv)
+            status = dvc_main(dvc_guard.quoted_overrides(argv))
     except KeyboardInterrupt:  # outside DVC's own handling: while it or the warm server starts
         quiet.signum, status = quiet.signum or signal.SIGINT, INTERRUPTED
     except Exception as err:

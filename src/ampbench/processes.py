@@ -45,6 +45,17 @@ def watch_process(pid: int, alive, on_gone, name: str) -> threading.Thread:
     return thread
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def setter_of(variable: str) -> int | None:
     """The nearest ancestor whose environment does not hold this process's value of `variable`:
     the process that set it for its children (DVC's DVC_STAGE, make's MAKELEVEL), past the shells

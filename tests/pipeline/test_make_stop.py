@@ -88,3 +88,43 @@ def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: P
     assert f"resuming seed 0 at epoch {stop[1]} step {stop[2]}" in text  # the stop's own numbers
     assert "No file hash info" not in text and "WARNING" not in text
     assert json.loads((proj / "reports" / "answer" / "single-fp32.json").read_text())["Speedup"] == 1.0
+
+
+@pytest.mark.slow
+def test_sigterm_to_make_alone_stops_the_stage_with_a_checkpoint(tmp_path: Path, procs):
+    """`kill <make's pid>` or `timeout 3h make run`: make passes SIGTERM to its recipe's shell
+    only. The shell passes it on, the stage saves and says how to resume, and make ends by the
+    signal at once (it used to wait for the whole training)."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
+    _make_project(proj)
+    proc = procs.start(proj, cmd=["make", "run", f"DATA={archive}"], env=venv_env(), name="term")
+    checkpoint = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
+    wait_for_checkpoint(proc, checkpoint, proj / "term.log")
+    os.kill(proc.pid, signal.SIGTERM)  # make's pid alone, not its process group
+    assert proc.wait(120) == -signal.SIGTERM
+    out = (proj / "term.log").read_text()
+    assert re.search(r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\.", out), (
+        out
+    )
+    for noise in ("ERROR", "make: ***", "Traceback"):
+        assert noise not in out, out
+
+
+@pytest.mark.slow
+def test_make_run_says_a_params_fault_once(tmp_path: Path):
+    """A params.yaml that the estimate refuses stops `make run` there: one line, not the same line
+    again from the pipeline command, and no training."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _make_project(proj)
+    with open(proj / "params.yaml", "a") as params:
+        params.write("train:\n  epochs: 3\n")  # a second `train:` section
+    proc = subprocess.run(
+        ["make", "run"], cwd=proj, env=venv_env(), capture_output=True, text=True, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert len(re.findall(r"duplicate|twice|more than once", out)) == 1, out
+    assert "dvc repro" not in out and "Traceback" not in out, out

@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import torch
 
-from ampbench.tracking import store, view
+from ampbench.tracking import relocate, store, view
 from ampbench.tracking.epoch_hooks import EpochHooks
 from ampbench.tracking.metric_names import metric_name
 from ampbench.tracking.store import TrackingError, repo_root, temporary_env, tracking_uri
@@ -99,6 +100,7 @@ class Tracker:
         try:
             # under the lock: one process creates the experiment
             with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
+                self._follow_move()
                 self.experiment_id()
         except Exception as err:
             raise store.store_fault(err, self.uri) or TrackingError(
@@ -106,6 +108,16 @@ class Tracker:
                 "fix or unset MLFLOW_TRACKING_URI (default: sqlite mlflow.db at the repo root)"
             ) from None
         store.check_artifact_root(self._artifact_location, self.experiment, self.uri)
+
+    def _follow_move(self) -> None:
+        """The default store's locations follow a moved project (``tracking.relocate``)."""
+        db = repo_root() / "mlflow.db"
+        if self.uri != f"sqlite:///{db}" or "MLFLOW_TRACKING_URI" in os.environ or not db.is_file():
+            return
+        try:
+            relocate.follow_move(db, repo_root())
+        except sqlite3.Error as err:  # MLflow's own calls next say what is wrong with the store
+            log.warning("mlflow.db: could not check where its runs' files are: %s", err)
 
     def experiment_id(self) -> str:
         """The study's experiment (``tracking.experiment``), also under `mlflow run`."""

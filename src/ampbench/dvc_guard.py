@@ -1,0 +1,75 @@
+"""What the pipeline command (``python -m ampbench.dvc_run``: `make run`, `make demo`, `make
+tutorial`) checks and mends before DVC sees the project or its command line. A plain ``dvc repro``
+or ``dvc exp run`` typed by hand does not pass through here.
+
+1. DVC parses params.yaml before any stage runs, with a loader that expands YAML aliases (a few
+   lines of nested ones: gigabytes, then a crash) and reports duplicate keys in a dozen lines. So
+   the params file DVC will read (params.yaml here) is first read by the project's strict loader
+   (``config.strict``: no torch, no DVC), and a fault in it is one line and exit 2, as
+   ``ampbench train`` says it (``params_fault``).
+2. A second pipeline command while one runs in the project (``make run`` twice) is refused,
+   naming the one running: DVC's ``exp run -S`` would first rewrite params.yaml, under the running
+   study, and only then find its outputs locked (``busy_fault``).
+3. ``-S data.url=<path>`` (what ``make run DATA=<path>`` passes) is handed to DVC quoted for its
+   override grammar (Hydra's), in which a quote, a comma or a bracket in a path would be a syntax
+   error or a list of experiments: the path is a string, whatever it holds (``quoted_overrides``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from ampbench import processes
+from ampbench.config import ConfigError
+from ampbench.config.strict import read_params
+
+PARAMS_FILE = "params.yaml"  # the params file DVC reads by default, beside dvc.yaml
+EXIT_USAGE = 2  # as `ampbench` exits on a configuration error
+RWLOCK = Path(".dvc", "tmp", "rwlock")  # DVC's record of the outputs each running stage writes
+FREE_TEXT = ("data.url",)  # -S values that are strings whatever they hold (3. above)
+
+
+def params_fault() -> str:
+    """What is wrong with the params file DVC is about to parse, in one line ("" if nothing):
+    read strictly, so an alias bomb is refused at its first anchor, before any value is built."""
+    if not os.path.lexists(PARAMS_FILE):  # not a project folder: DVC says so itself
+        return ""
+    try:
+        read_params(Path(PARAMS_FILE))
+    except ConfigError as err:
+        return f"ERROR: {err}"
+    return ""
+
+
+def busy_fault() -> str:
+    """One line when DVC's rwlock names a live process writing this project's outputs (2. above)."""
+    try:
+        writers = json.loads(RWLOCK.read_text(encoding="utf-8")).get("write") or {}
+    except (OSError, ValueError, AttributeError):
+        return ""
+    for info in writers.values() if isinstance(writers, dict) else ():
+        pid = info.get("pid") if isinstance(info, dict) else None
+        if isinstance(pid, int) and pid != os.getpid() and processes.alive(pid):
+            cmd = str(info.get("cmd", "dvc"))
+            cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+            return (
+                f"ERROR: this project is busy: pid {pid} ({cmd}) is running its pipeline; wait for "
+                f"it to end, or stop it (Ctrl-C where it runs, or kill {pid}), then run this again"
+            )
+    return ""
+
+
+def quoted_overrides(argv: list[str]) -> list[str]:
+    """argv with each ``-S <key>=<value>`` of a FREE_TEXT key quoted for DVC's override grammar:
+    in single quotes, a quote escaped, and backslashes doubled where they come before a quote or
+    the end (the grammar's only escapes); a value already quoted is left as it is."""
+    out = list(argv)
+    for i, arg in enumerate(out[1:], 1):
+        key, eq, value = arg.partition("=")
+        if out[i - 1] in ("-S", "--set-param") and eq and key in FREE_TEXT and value[:1] not in ("'", '"'):
+            value = re.sub(r"(\\+)(?='|$)", lambda m: m[1] * 2, value).replace("'", "\\'")
+            out[i] = f"{key}='{value}'"
+    return out
