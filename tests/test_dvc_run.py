@@ -74,3 +74,28 @@ def test_a_ctrl_c_that_dvc_swallowed_before_failing_is_a_stop(monkeypatch, capsy
         signal.signal(signal.SIGINT, before)
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Stopped by SIGINT" in err, err
+
+
+@pytest.mark.slow  # dvc as a subprocess
+def test_a_stage_killed_outright_says_what_is_kept_and_how_to_resume(tmp_path):
+    """Hostile re-run: kill -9 (or the OOM killer) of a train stage under `make run` left only
+    DVC's "failed to run ... exited with -9" and make's error: no word of what is kept."""
+    import subprocess
+
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  train:\n    foreach: [single-fp32]\n    do:\n"
+        f'      cmd: {sys.executable} -c "import os; os.kill(os.getpid(), 9)"\n'
+    )
+    subprocess.run(
+        [sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True, timeout=120
+    )
+    env = {**os.environ, "AMPBENCH_WARM": "0", "AMPBENCH_RESUME_COMMAND": "make run"}
+    done = subprocess.run([sys.executable, "-m", "ampbench.dvc_run", "repro"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert errors == [
+        "ERROR: stage 'train@single-fp32' was killed (SIGKILL: the kernel's out-of-memory killer, "
+        "or kill -9); its last checkpoint (at most train.checkpoint_every_s of training old) is kept, "
+        "its MLflow runs stay RUNNING until the re-run resumes them. To resume: make run"
+    ], done.stderr

@@ -33,6 +33,7 @@ import sys
 
 from ampbench import cli_options
 from ampbench.config import ConfigError, load_config
+from ampbench.paths import unreadable_folder
 
 log = logging.getLogger("ampbench")
 
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # MLflow's "Creating initial MLflow database tables...": not the user's business
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     try:
+        if fault := unreadable_folder():
+            raise ConfigError(fault)
         cfg = load_config(args.params, all_overrides(args))
         return command_module(args.command).main(cfg, args, argv)
     except ConfigError as err:

@@ -79,6 +79,7 @@ class Quiet(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.stopped_stage: str | None = None
+        self.killed_stage: str | None = None  # died of SIGKILL (the OOM killer, kill -9)
         self.stage_said_it = False
         self.signum = 0
         self.verbose = os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off")
@@ -96,6 +97,9 @@ class Quiet(logging.Filter):
             self.signum = self.signum or signal.SIGINT
             return False
         failed = FAILED.search(text)
+        if failed and int(failed["status"]) == -signal.SIGKILL:
+            self.killed_stage = failed["stage"]
+            return False
         if failed and int(failed["status"]) in STOP_STATUS:
             self.stopped_stage = failed["stage"]
             self.signum = STOP_STATUS[int(failed["status"])]
@@ -140,6 +144,21 @@ def stop_line(quiet: Quiet, argv: list[str]) -> str:
     where = f" during stage '{quiet.stopped_stage}'" if quiet.stopped_stage else ""
     name = signal.Signals(quiet.signum).name
     return f"Stopped by {name}{where}; the stages that finished are kept. To resume: {resume}"
+
+
+def killed_line(stage: str, argv: list[str]) -> str:
+    """What a stage killed outright (no chance to save or say anything) leaves, and the way on."""
+    resume = os.environ.get(RESUME_ENV) or shlex.join(["dvc", *argv])
+    kept = (
+        "its last checkpoint (at most train.checkpoint_every_s of training old) is kept, its MLflow runs "
+        "stay RUNNING until the re-run resumes them"
+        if stage.startswith("train@")
+        else "the stages that finished are kept"
+    )
+    return (
+        f"ERROR: stage '{stage}' was killed (SIGKILL: the kernel's out-of-memory killer, or kill -9); "
+        f"{kept}. To resume: {resume}"
+    )
 
 
 def _answer_where() -> str:
@@ -251,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     # The work is over, stopped or not: another Ctrl-C has nothing left to stop (and would only
     # break the last line, or the interpreter's exit, with a traceback).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if quiet.killed_stage and status == 255:
+        print(killed_line(quiet.killed_stage, argv), file=sys.stderr, flush=True)
+        return 128 + signal.SIGKILL
     if not quiet.signum or status not in (255, INTERRUPTED):
         return status
     if not quiet.stage_said_it:

@@ -77,3 +77,19 @@ def unreplaceable(folder: Path) -> tuple[Path, str] | None:
         if refused:
             break
     return refused[0] if refused else None
+
+
+def unreadable_folder(cwd: str | None = None) -> str | None:
+    """One line where the working folder's path holds bytes this locale cannot decode (a non-ASCII
+    path under LANG=C): Python keeps them as lone surrogates, which SQLAlchemy, MLflow and the
+    logs cannot encode, deep inside a stage."""
+    cwd = os.getcwd() if cwd is None else cwd
+    if not any("\udc80" <= ch <= "\udcff" for ch in cwd):
+        return None
+    shown = cwd.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    locale = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "unset"
+    return (
+        f"the project folder {shown!r} has characters this locale (LANG/LC_ALL: {locale}) cannot "
+        "read: run with a UTF-8 locale (`export LC_ALL=C.UTF-8`) or `PYTHONUTF8=1`, or move the "
+        "project to a path of ASCII characters"
+    )

@@ -79,3 +79,10 @@ def test_values_quoted_in_errors_are_cut_to_80_characters(tmp_path):
     assert len(lines) == 5, lines
     for line in lines:
         assert "x" * (SHOWN_CHARS + 1) not in line and "..." in line, line
+
+
+def test_an_experiment_name_longer_than_mlflow_keeps_is_refused_naming_the_key():
+    """Hostile re-run: a 900 KB tracking.experiment was reported as a failing MLflow store."""
+    with pytest.raises(ConfigError, match=r"tracking.experiment: 'e+\.\.\. must be at most 492 characters"):
+        load_config(REPO / "params.yaml", ["tracking.experiment=" + "e" * 493])
+    load_config(REPO / "params.yaml", ["tracking.experiment=" + "e" * 492])

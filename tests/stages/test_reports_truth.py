@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from ampbench import outputs
 from ampbench.report import mixed
 from ampbench.seed_result import CARRIED, SeedResult
-from conftest import CLASSES, run_cli, venv_env
+from conftest import CLASSES, new_project, run_cli, venv_env
 
 PAIR = ("single-fp32", "single-autocast")
 
@@ -187,9 +188,13 @@ def test_compare_prints_its_table_under_an_ascii_output_encoding(project):
     assert staged == [] and (project / "reports" / "answer" / "single-fp32.json").exists()
 
 
-def test_evaluate_refuses_models_trained_with_different_settings(project, monkeypatch):
-    """A variant retrained with `train.epochs: 5` beside one of 2 epochs: refused before any run
-    or report is touched, naming the setting and the variants; --allow-mixed evaluates them."""
+@pytest.mark.parametrize(
+    ("section", "key", "odd"), [("train", "epochs", 5), ("train", "lr", 0.3), ("model", "fc_dim", 48)]
+)
+def test_evaluate_refuses_models_trained_with_different_settings(project, monkeypatch, section, key, odd):
+    """A variant retrained with `train.epochs: 5` beside one of 2 epochs (or another train.lr, a
+    setting the metrics files do not carry: the hostile re-run got only two digests): refused
+    before any run or report is touched, naming the setting and the variants."""
     from ampbench import config
     from ampbench.stages import evaluate_main
 
@@ -197,8 +202,9 @@ def test_evaluate_refuses_models_trained_with_different_settings(project, monkey
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     for variant in PAIR:
         model = _model_file(project, variant, run_id="r-" + variant)
+        usual = model.config[section][key]
         if variant == "single-autocast":
-            model.config["train"]["epochs"] = 5
+            model.config[section][key] = odd
             model.config_digest = "other"
         path = project / "models" / variant / "seed-0" / "model.pt"
         path.parent.mkdir(parents=True)
@@ -209,9 +215,24 @@ def test_evaluate_refuses_models_trained_with_different_settings(project, monkey
     )
     store = project / "mlflow.db"
     before = store.read_bytes() if store.exists() else None
-    with pytest.raises(
-        mixed.MixedSettingsError, match=r"train.epochs: 2 \(single-fp32\) vs 5 \(single-autocast\)"
-    ):
+    said = re.escape(
+        f"different settings ({section}.{key}: {usual} (single-fp32) vs {odd} (single-autocast)),"
+    )
+    with pytest.raises(mixed.MixedSettingsError, match=said):
         evaluate_main.main(cfg, args, [])
     assert not (project / "reports").exists()
     assert (store.read_bytes() if store.exists() else None) == before  # the store untouched
+
+
+@pytest.mark.slow  # a stage as a subprocess
+def test_a_non_ascii_project_folder_under_the_c_locale_is_one_line(tmp_path):
+    """Hostile re-run: a project at `/tmp/é ü` with LANG=C failed inside SQLAlchemy with "'utf-8'
+    codec can't encode characters ...: surrogates not allowed", naming no folder and no fix."""
+    project = new_project(tmp_path / "proj-é ü")
+    env = venv_env(LC_ALL="C", LANG="C", PYTHONCOERCECLOCALE="0", PYTHONUTF8="0")
+    proc = run_cli(project, "compare", env=env, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "proj-" in lines[0] and "cannot read: run with a UTF-8 locale" in lines[0], lines[0]
+    utf8 = run_cli(project, "compare", env=venv_env(LC_ALL="C.UTF-8"), check=False)
+    assert "cannot read: run with a UTF-8 locale" not in utf8.stderr, utf8.stderr

@@ -61,3 +61,24 @@ def test_fresh_trains_a_finished_seed_again_and_its_resume_line_drops_it(tmp_pat
     assert hint.endswith(
         "ampbench train --parallel single --precision fp32 (or the dvc repro / make run that started it)"
     )
+
+
+def test_an_optimizer_state_of_other_shapes_is_the_same_one_line(tmp_path):
+    """Hostile re-run: a momentum buffer of another shape (the digest and the weights match) passed
+    torch's load_state_dict and failed at the first step in a 70-line traceback."""
+    import torch
+
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(_job(tmp_path, 32, crash_at_step(4)))
+    ckpt = tmp_path / "checkpoint.pt"
+    raw = torch.load(ckpt, weights_only=True)
+    state = raw["optimizer"]["state"]
+    state[max(state)]["momentum_buffer"] = torch.zeros(7, 5)
+    torch.save(raw, ckpt)
+    with pytest.raises(files.CheckpointError) as err:
+        loop.train_seed(_job(tmp_path, 32), resume=SeedCheckpoint.load(ckpt))
+    message = str(err.value)
+    assert message.startswith(
+        f"{ckpt} does not fit this model (RuntimeError: size mismatch for the optimizer's"
+    )
+    assert message.endswith("re-run with --fresh to discard it") and "\n" not in message

@@ -52,6 +52,17 @@ def test_the_train_stage_refuses_before_creating_a_run(project: Path):
     assert runs(project) == []
 
 
+@pytest.mark.slow  # each command as a subprocess
+@pytest.mark.parametrize("command", ["estimate", "bench", "explain"])
+def test_the_measuring_commands_refuse_before_building_the_model(project: Path, command: str):
+    """The hostile re-run: `ampbench estimate --set model.fc_dim=100000` (so `make run`'s first
+    step), bench and explain ended in a 27-37 line allocator traceback."""
+    proc = run_cli(project, command, "--set", "model.fc_dim=100000", check=False, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "model.fc_dim: 100000 makes a model of" in lines[0], lines[0]
+
+
 def test_the_hostile_passes_oom_case_is_refused(monkeypatch):
     """fc_dim 25000 on DDP's 2 processes sharing 24 GiB: the old count (16 bytes a parameter,
     9.7 GiB) let it through and the kernel killed a worker; the measured rule refuses it."""
@@ -83,3 +94,16 @@ def test_a_ddp_stage_stays_within_the_memory_it_is_checked_against(tmp_path: Pat
     peak = peak_kib * 1024
     params = alexnet_parameters(8000, True, 10)
     assert params * 16 < peak <= memory_check.needed_bytes(params), (peak, params)
+
+
+def test_a_gpu_process_counts_what_cuda_itself_takes(monkeypatch):
+    """Measured on an H100 (memory_check's docstring): about 4 GB of a GPU a process whatever the
+    model (context, data on the device, workspaces), so 75 M parameters need 6.2 GiB there, not
+    the host's 3.2; a GPU with 5 GiB free refuses what a host with 5 GiB free takes."""
+    params = alexnet_parameters(8000, True, 10)
+    assert memory_check.needed_bytes(params, "cuda") == params * 32 + 4 * 2**30
+    monkeypatch.setattr(memory_check, "available_bytes", lambda device, processes=1: 5 * 2**30)
+    memory_check.check_fits(_cfg(8000), torch.device("cpu"), 10)
+    said = r"needs at least 6\.2 GiB a process \(32 bytes a parameter plus 4 GiB"
+    with pytest.raises(ConfigError, match=said):
+        memory_check.check_fits(_cfg(8000), torch.device("cuda", 0), 10)

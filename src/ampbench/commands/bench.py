@@ -51,15 +51,19 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.config.rules import CIFAR_CLASSES
     from ampbench.measuring import kit, throughput
     from ampbench.report import bench_markdown
     from ampbench.tracking import measurement_runs
+    from ampbench.training import memory_check
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     modes = compile_modes(args.compile, cfg)
     throughput.check_benchmarkable(variants)
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
+    memory_check.check_fits(cfg, kit.single_device().device, CIFAR_CLASSES)
+    measurement_runs.check_store(cfg, "bench", Path(args.out))
     res = throughput.run_modes(
         cfg,
         variants,

@@ -55,12 +55,17 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     # torch.profiler's Kineto prints "profiler_start/stop" per profile and, on a CPU, "ERROR ...
     # gpuGetDeviceCount failed": noise, not findings (level 6 silences both; the user's value wins)
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    from ampbench.config.rules import CIFAR_CLASSES
     from ampbench.measuring import crossover, kit, rungs
     from ampbench.report import explain_markdown as report
     from ampbench.tracking import measurement_runs
+    from ampbench.training import memory_check
 
     strategy = kit.single_device()
     cuda = strategy.device.type == "cuda"
+    memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
+    if not args.rungs:  # a part of another explain records nothing
+        measurement_runs.check_store(cfg, "explain", Path(args.out))
     opts = options(args, cuda)
     dataset = kit.dataset(opts["max_images"])
     out, only = Path(args.out), [r for r in args.rungs.split(",") if r]

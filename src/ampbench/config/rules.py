@@ -101,12 +101,21 @@ def _other_rules(cfg: Config) -> list[tuple[str, bool, str]]:
         ("model.fc_dim", m.fc_dim >= 1, "must be >= 1"),
         ("model.dropout", 0 <= m.dropout < 1, "must be in [0, 1)"),
         ("tracking.experiment", bool(k.experiment.strip()), "must not be empty"),
+        (
+            "tracking.experiment",
+            len(k.experiment) <= EXPERIMENT_NAME_LIMIT,
+            f"must be at most {EXPERIMENT_NAME_LIMIT} characters (MLflow keeps an experiment's name to "
+            "500, and bench and explain add '-bench' and '-explain' to it)",
+        ),
         ("tracking.preflight_timeout_s", k.preflight_timeout_s > 0, "must be > 0"),
         ("tracking.request_timeout_s", k.request_timeout_s > 0, "must be > 0"),
         ("tracking.system_metrics", k.system_metrics in SWITCHES, f"must be one of {', '.join(SWITCHES)}"),
         ("tracking.log_model", k.log_model in MODEL_LOGGING, f"must be one of {', '.join(MODEL_LOGGING)}"),
         ("tracking.conditions", k.conditions in CONDITIONS, f"must be one of {', '.join(CONDITIONS)}"),
     ]
+
+
+EXPERIMENT_NAME_LIMIT = 500 - len("-explain")
 
 
 def _seed_ranges(seeds: tuple[int, ...]) -> list[str]:

@@ -6,7 +6,8 @@ config) and that config's digest (every setting that changes what training compu
 differ by their parallel strategy and precision and by nothing else (neither is a setting: both
 are the variant's name); a set whose settings differ in anything more (one variant retrained with
 ``train.epochs: 5`` after the others) would compare two studies. The dotted keys name what
-differs; where none does but the digests do, the digest is named.
+differs, then the model file's other digested settings (``settings``: train.lr, model.*); where
+none does (a metrics file older than those) but the digests do, the digest is named.
 ``compare`` refuses such a set with one line naming the key and the variants, or, with
 ``--allow-mixed``, labels the table with the same words instead.
 """
@@ -14,6 +15,7 @@ differs; where none does but the digests do, the digest is named.
 from __future__ import annotations
 
 DIGEST = "config_digest"
+SETTINGS = "settings"  # a seed's every digested setting, dotted keys (stages/evaluate.py)
 
 
 class MixedSettingsError(ValueError):
@@ -23,16 +25,21 @@ class MixedSettingsError(ValueError):
 def differences(records: dict[str, dict]) -> list[str]:
     """Each setting that differs between the variants, as 'key: v1 (a, b) vs v2 (c)'; [] if none."""
     seeds = [seed for record in records.values() for seed in record.get("seeds", [])]
-    settings = sorted({key for seed in seeds for key in seed if "." in key})
-    return _differing(records, settings) or _differing(records, [DIGEST])
+    carried = sorted({key for seed in seeds for key in seed if "." in key})
+    others = sorted({key for seed in seeds for key in seed.get(SETTINGS, {})} - set(carried))
+    return (
+        _differing(records, carried) or _differing(records, others, SETTINGS) or _differing(records, [DIGEST])
+    )
 
 
-def _differing(records: dict[str, dict], keys: list[str]) -> list[str]:
+def _differing(records: dict[str, dict], keys: list[str], within: str = "") -> list[str]:
+    """`keys` of each seed (or of its ``within`` dict) whose values differ between the variants."""
     found = []
     for key in keys:
         values: dict[str, list[str]] = {}
         for variant, record in records.items():
-            seen = {repr(seed.get(key)) for seed in record.get("seeds", []) if key in seed}
+            rows = [seed.get(within, {}) if within else seed for seed in record.get("seeds", [])]
+            seen = {_shown(row.get(key)) for row in rows if key in row}
             for value in sorted(seen):
                 values.setdefault(value, []).append(variant)
         if len(values) > 1:
@@ -40,6 +47,11 @@ def _differing(records: dict[str, dict], keys: list[str]) -> list[str]:
                 f"{key}: " + " vs ".join(f"{value} ({', '.join(names)})" for value, names in values.items())
             )
     return found
+
+
+def _shown(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check(records: dict[str, dict], allow_mixed: bool) -> str:

@@ -23,7 +23,8 @@ import torch
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
 from ampbench.checkpoints.state import ModelFile
-from ampbench.config import ModelConfig
+from ampbench.config import Config, ModelConfig
+from ampbench.report import mixed
 from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs, store
 from ampbench.training import factory, precision
@@ -180,8 +181,20 @@ def _seed_row(seed: int, saved: ModelFile, metrics: dict) -> dict:
 
 
 def _settings(saved: ModelFile) -> dict:
-    """The settings a model was trained with and their digest: one study, one configuration."""
-    return {"config_digest": saved.config_digest, **{k: _setting(saved.config, k) for k in CONFIG_KEYS}}
+    """The settings a model was trained with and their digest: one study, one configuration.
+    ``settings``: every digested one, so that a difference outside CONFIG_KEYS (train.lr) is named."""
+    digested = {
+        f"{section}.{name}": value
+        for section, values in saved.config.items()
+        if isinstance(values, dict)
+        for name, value in values.items()
+        if not f"{section}.{name}".startswith(Config.NOT_DIGESTED)
+    }
+    return {
+        "config_digest": saved.config_digest,
+        **{k: _setting(saved.config, k) for k in CONFIG_KEYS},
+        mixed.SETTINGS: digested,
+    }
 
 
 def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]:

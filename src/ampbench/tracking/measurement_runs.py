@@ -15,6 +15,25 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+def check_store(cfg, kind: str, out: Path) -> None:
+    """Before a measurement: one warning line at once where the store already fails (the
+    measurement still runs and its files are written; ``record`` then says it again and the
+    command exits 1), not only after minutes of measuring."""
+    from ampbench.tracking import store
+    from ampbench.tracking.tracker import Tracker
+
+    t = cfg.tracking
+    try:
+        Tracker(f"{t.experiment}-{kind}", t.preflight_timeout_s, t.request_timeout_s).preflight()
+    except Exception as err:  # noqa: BLE001 - any fault: said, and the measurement goes on
+        log.warning(
+            "%s will not be recorded in MLflow: %s. Measuring anyway: the results will be in %s.json and .md",
+            kind,
+            store.store_fault(err) or err,
+            out,
+        )
+
+
 def record(
     cfg,
     kind: str,

@@ -15,6 +15,7 @@ gone, database corrupt, locked or full) into one ``TrackingError`` line: what, w
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shlex
 import sys
@@ -29,6 +30,7 @@ UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
 # Opening or creating a store holds `store_lock` for about a second (a new store's migration: a
 # few); a holder that keeps it far longer is stopped or hung, and waiting on it would hang us too.
 STORE_LOCK_TIMEOUT_S = 30.0
+STORE_LOCK_SAY_AFTER_S = 3.0  # then one line: the wait is not silent for its 30 s
 
 
 class TrackingError(RuntimeError):
@@ -109,13 +111,22 @@ def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
             "exist and writable, or fix MLFLOW_TRACKING_URI"
         ) from None
     with handle:
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        said = False
         while True:  # released when the file closes, also if its holder is killed
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                waited = time.monotonic() - start
+                if not said and waited > min(STORE_LOCK_SAY_AFTER_S, timeout_s / 2):
+                    said = True
+                    holder = faults.lock_holders(lock) or "another process"
+                    logging.getLogger(__name__).info(
+                        "waiting for %s, held by %s (a stage opening the MLflow store); at most %g s",
+                        lock, holder, timeout_s,
+                    )  # fmt: skip
+                if waited > timeout_s:
                     holder = faults.lock_holders(lock) or "another process"
                     raise TrackingError(
                         f"MLflow store {uri} is busy: {lock} has been locked for over {timeout_s:g} s by "

@@ -84,11 +84,25 @@ class Trainer:
     def load(self, saved: dict) -> None:
         """Restore what ``state`` returned (every rank: a sharded strategy scatters it)."""
         self.strategy.load_state_dict(self.raw_model, saved, self.opt)
+        _check_optimizer_state(self.opt)
         self.sched.load_state_dict(saved["scheduler"])
         self.precision.load_state_dict(saved["scaler"])
         if self.use_graph:  # a captured graph reads the learning rate from a device tensor
             for group in self.opt.param_groups:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+
+
+def _check_optimizer_state(opt: torch.optim.Optimizer) -> None:
+    """RuntimeError where a restored per-parameter buffer (momentum) has another shape than its
+    parameter: torch's load_state_dict checks only the number of parameters, and the first step
+    would fail deep inside the optimizer."""
+    for param, state in opt.state.items():
+        for name, value in state.items():
+            if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:
+                raise RuntimeError(
+                    f"size mismatch for the optimizer's {name}: {tuple(value.shape)} in the "
+                    f"checkpoint, {tuple(param.shape)} for its parameter in this model"
+                )
 
 
 def build_model(cfg: Config, num_classes: int, device: torch.device, stats=None) -> nn.Module:

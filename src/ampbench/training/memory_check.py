@@ -16,6 +16,14 @@ data, activations). The same ddp stage at 75 M parameters peaked at 3.01 GB in a
 26 bytes a parameter): the peak varies by run. The check counts 32 bytes a parameter plus 1 GiB
 a process: 3.46 GB there, above every measurement, so a model it lets through is not killed
 half-way; tests/training/test_memory_check.py measures it again on every CI run.
+
+On a GPU (H100 80GB, 2026-12-06, the GPU's used memory as nvidia-smi reports it, peak over a
+2-epoch train stage, the study's defaults: data on the device, cuDNN autotuning, the step as a
+replayed CUDA graph) at fc_dim 8000 / 16000: single (fp32, autocast, autocast + scaler alike
+within 0.6 GB) 4.8 / 7.3-7.9 GB, ddp-autocast's worker 5.6 / 9.8 GB: 13 (single) and 22 (ddp)
+bytes a parameter plus about 4 GB a process (CUDA's context, the data set, cuDNN's and the
+graph's workspaces). There the check counts 32 bytes a parameter plus 4 GiB: 12.5 GiB for ddp's
+9.6 GiB at 275 M parameters, 6.2 GiB for single's 4.7 GiB at 75 M.
 """
 
 from __future__ import annotations
@@ -31,11 +39,13 @@ from ampbench.config.rules import alexnet_parameters
 MEMINFO = Path("/proc/meminfo")
 BYTES_PER_PARAMETER = 32  # measured: 19.7 single, 23.6-26 ddp (module docstring)
 PROCESS_BYTES = 2**30  # measured: 0.87 GB a process at any model size
+GPU_PROCESS_BYTES = 4 * 2**30  # measured: about 4 GB of a GPU a process (module docstring)
 
 
-def needed_bytes(params: int) -> int:
-    """Memory one training process needs for a model of `params` parameters (measured rule)."""
-    return params * BYTES_PER_PARAMETER + PROCESS_BYTES
+def needed_bytes(params: int, device_type: str = "cpu") -> int:
+    """Memory one training process needs for a model of `params` parameters on a device of
+    `device_type` (measured rule)."""
+    return params * BYTES_PER_PARAMETER + (GPU_PROCESS_BYTES if device_type == "cuda" else PROCESS_BYTES)
 
 
 def available_bytes(device: torch.device, processes: int = 1) -> int | None:
@@ -58,16 +68,17 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
     if m.name != "alexnet":  # other models are counted when built
         return
     params = alexnet_parameters(m.fc_dim, m.batch_norm, num_classes)
-    need, free = needed_bytes(params), available_bytes(device, processes)
+    need, free = needed_bytes(params, device.type), available_bytes(device, processes)
     if free is None or need <= free:
         return
     where = f"this GPU ({device}) has" if device.type == "cuda" else "this machine has"
     share = f" for each of its {processes} processes" if processes > 1 and device.type != "cuda" else ""
     raise ConfigError(
         f"model.fc_dim: {m.fc_dim} makes a model of {params:,} parameters; training it needs at least "
-        f"{need / 2**30:,.1f} GiB a process ({BYTES_PER_PARAMETER} bytes a parameter plus 1 GiB, as "
-        f"measured) but {where} {free / 2**30:,.1f} GiB free{share}: choose a smaller model.fc_dim "
-        f"(the study's 4096 needs {needed_bytes(alexnet_parameters(4096, True, 10)) / 2**30:.1f} GiB)"
+        f"{need / 2**30:,.1f} GiB a process ({BYTES_PER_PARAMETER} bytes a parameter plus "
+        f"{(need - params * BYTES_PER_PARAMETER) // 2**30} GiB, as measured) but {where} "
+        f"{free / 2**30:,.1f} GiB free{share}: choose a smaller model.fc_dim (the study's 4096 needs "
+        f"{needed_bytes(alexnet_parameters(4096, True, 10), device.type) / 2**30:.1f} GiB)"
     )
 
 

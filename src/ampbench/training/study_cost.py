@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from ampbench.config import PARALLELS, PRECISIONS, Config
+from ampbench.training import memory_check
 from ampbench.training.measure import sync
 
 CIFAR_TRAIN_PER_CLASS, CIFAR_TEST_PER_CLASS, CIFAR_CLASSES = 5000, 1000, 10
@@ -172,6 +173,7 @@ def preflight(
     if torch.cuda.is_available() and not force:
         print("CUDA is available: every train stage logs its expected time after its first steps.")
         return None
+    memory_check.check_fits(cfg, torch.device("cpu"), CIFAR_CLASSES)  # before any model is built
     t0 = time.perf_counter()
     n_train, n_test = dataset_sizes(cfg)
     batch = cfg.train.batch_size
