@@ -124,6 +124,10 @@ def test_training_refuses_data_prepared_from_other_settings(project: Path):
         proc = run_cli(project, stage, "--parallel", "single", "--precision", "fp32", check=False)
         assert proc.returncode == 2, stage
         assert "data.url: prepared from '/elsewhere/cifar.tar.gz', configured 'https://" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # one line, the fix in it
+        assert proc.stderr.rstrip().endswith(
+            "run `ampbench download` (or `dvc repro`) with these settings first"
+        )
     assert not (project / "models").exists()
     assert not (project / "mlflow.db").exists()
 

@@ -19,5 +19,21 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.training import progress
 
-    progress.preflight(cfg, args.params, force=args.force)
+    progress.preflight(cfg, args.params, force=args.force, sizes=prepared_sizes(cfg))
     return 0
+
+
+def prepared_sizes(cfg: Config) -> tuple[int, int] | None:
+    """(train, test) images of data/prepared where it was made with these settings (an image
+    folder, a subset): the study trains on those, not on CIFAR-10's 50,000 and 10,000; else None."""
+    from ampbench.data import prepared
+    from ampbench.paths import DATA_FILE
+    from ampbench.stages.download import SOURCE_FILE, prepared_mismatch
+
+    if not (DATA_FILE.is_file() and SOURCE_FILE.is_file()) or prepared_mismatch(cfg):
+        return None
+    try:
+        data = prepared.load_dataset(DATA_FILE)  # mapped: only the shapes are read
+    except prepared.DataError:
+        return None
+    return len(data["train_labels"]), len(data["test_labels"])

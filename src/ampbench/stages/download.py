@@ -69,7 +69,6 @@ def check_prepared(cfg: Config) -> None:
     wrong = prepared_mismatch(cfg)
     if wrong:
         raise ConfigError(
-            f"{DATA_FILE} does not match the data settings:\n  "
-            + "\n  ".join(wrong)
-            + "\nRun `ampbench download` (or `dvc repro`) with these settings first."
+            f"{DATA_FILE} does not match the data settings ({'; '.join(wrong)}): run `ampbench download` "
+            "(or `dvc repro`) with these settings first"
         )

@@ -167,7 +167,11 @@ def measure_step_seconds(
 
 
 def preflight(
-    cfg: Config, params_file: str | Path = "params.yaml", probe_batch: int = 8, force: bool = False
+    cfg: Config,
+    params_file: str | Path = "params.yaml",
+    probe_batch: int = 8,
+    force: bool = False,
+    sizes: tuple[int, int] | None = None,
 ) -> dict | None:
     """Estimate the whole study on this CPU from a few timed steps; None when CUDA is present."""
     if torch.cuda.is_available() and not force:
@@ -175,7 +179,7 @@ def preflight(
         return None
     memory_check.check_fits(cfg, torch.device("cpu"), CIFAR_CLASSES)  # before any model is built
     t0 = time.perf_counter()
-    n_train, n_test = dataset_sizes(cfg)
+    n_train, n_test = sizes or dataset_sizes(cfg)  # the prepared data's, where it matches the settings
     batch = cfg.train.batch_size
     spe = n_train // batch
     variants = study_variants(params_file)
