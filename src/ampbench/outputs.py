@@ -16,6 +16,7 @@ removed by the next stage that stages there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -37,6 +38,10 @@ def staged(root: Path, whole: tuple[str, ...] = ()) -> Iterator[Path]:
     try:
         yield staging
         _move_in(staging, root, whole)
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT) and not err.filename:
+            err.filename = f"{root}/"  # a writer that names no file (PIL's): the folder, at least
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

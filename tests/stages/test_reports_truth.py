@@ -236,3 +236,17 @@ def test_a_non_ascii_project_folder_under_the_c_locale_is_one_line(tmp_path):
     assert "proj-" in lines[0] and "cannot read: run with a UTF-8 locale" in lines[0], lines[0]
     utf8 = run_cli(project, "compare", env=venv_env(LC_ALL="C.UTF-8"), check=False)
     assert "cannot read: run with a UTF-8 locale" not in utf8.stderr, utf8.stderr
+
+
+def test_a_full_disk_under_a_writer_that_names_no_file_names_the_reports_folder(tmp_path):
+    """Hostile re-run: compare on a full reports/ said "could not write a file" (PIL's PNG writer
+    names none)."""
+    import errno
+
+    from ampbench.tracking import faults
+
+    with pytest.raises(OSError) as err, outputs.staged(tmp_path / "reports"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert faults.disk_full(err.value).startswith(
+        f"No space left on device: could not write {tmp_path / 'reports'}/;"
+    )
