@@ -103,7 +103,8 @@ def test_params_watch_names_each_changed_setting_and_ignores_the_rest(tmp_path):
     assert str(err.value) == (
         f"{params} changed while this stage ran (model.fc_dim 32 -> 16, train.lr 0.2 -> 0.1); its models "
         "were trained with the old settings and are not published. To publish them, put the old settings "
-        "back and re-run: the finished seeds are not trained again. To train with the new ones, re-run"
+        "back and re-run: the finished seeds are not trained again. To train with the new ones, run the "
+        "same command"
     )
     params.write_text("train: {lr: -1}\n")
     with pytest.raises(ParamsChangedError, match="it no longer loads"):
@@ -112,11 +113,13 @@ def test_params_watch_names_each_changed_setting_and_ignores_the_rest(tmp_path):
 
 @pytest.mark.slow
 def test_a_stage_whose_params_changed_while_it_trained_publishes_nothing(tmp_path, procs):
-    project = long_project(tmp_path / "p", epochs=8)
+    """Found after the seed it changed under: the next seed is not trained (hostile re-run: the
+    whole stage trained first, then was thrown away)."""
+    project = long_project(tmp_path / "p", epochs=8, seeds=[0, 1])
     proc = procs.start(project, *TRAIN)
     wait_for_checkpoint(proc, project / WORK / "seed-0" / "checkpoint.pt", project / "train.log")
     original = (project / "params.yaml").read_text()
-    write_params(project, train={"epochs": 8, "lr": 0.1})
+    write_params(project, train={"epochs": 8, "lr": 0.1, "seeds": [0, 1]})
     assert proc.wait(240) == 1
     log = (project / "train.log").read_text()
     assert "Traceback" not in log, log[-3000:]
@@ -124,7 +127,7 @@ def test_a_stage_whose_params_changed_while_it_trained_publishes_nothing(tmp_pat
     assert (
         len(errors) == 1 and "params.yaml changed while this stage ran (train.lr 0.05 -> 0.1)" in errors[0]
     ), log
-    assert not (project / SEED0).exists()
+    assert not (project / SEED0).exists() and not (project / WORK / "seed-1").exists()
     assert [r.info.status for r in runs(project, kind="variant")] == ["FAILED"]
     (project / "params.yaml").write_text(original)  # the settings it trained with: published as is
     again = run_cli(project, *TRAIN)

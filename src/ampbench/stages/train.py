@@ -120,6 +120,8 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
         for seed in cfg.train.seeds:
             results.append(_train_one(plan.job(seed, prog), variant, stage, plan.extra, plan.fresh))
             clock.mark("seeds")
+            if strategy.world_size == 1:  # params.yaml changed: no next seed (DDP's ranks go on together)
+                plan.before_publish()
         prog.close()
         if strategy.is_main:
             plan.before_publish()  # e.g. params.yaml changed meanwhile: nothing is published
