@@ -18,6 +18,7 @@ The strategy given to ``load_resume`` is the training's parallel strategy (its `
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shlex
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
+from ampbench.config.strict import shown
 from ampbench.paths import cannot_hold, temp_workspace_root, unreplaceable, unwritable
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,9 @@ class ResumeError(RuntimeError):
     """A checkpoint exists for a different configuration."""
 
 
-def load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) -> SeedCheckpoint | None:
+def load_resume(
+    ckpt: Path, digest: str, variant: str, fresh: bool, strategy, settings: dict | None = None
+) -> SeedCheckpoint | None:
     """The checkpoint to continue from, if any. One that cannot be resumed (another configuration,
     an older format, unreadable) raises. ``fresh``: any checkpoint is discarded, resumable or
     not (a model's code may have changed where the configuration digest cannot see it)."""
@@ -53,30 +57,52 @@ def load_resume(ckpt: Path, digest: str, variant: str, fresh: bool, strategy) ->
     if not fresh:
         if state is not None and state.matches(digest, variant):
             return state
-        raise _foreign(ckpt, state, variant, digest)
+        raise _foreign(ckpt, state, variant, digest, settings)
     if strategy.is_main:
         log.warning("discarding %s (%s): --fresh", ckpt, problem or "starting the seed over")
         ckpt.unlink(missing_ok=True)
     return None
 
 
-def _foreign(ckpt: Path, state: SeedCheckpoint, variant: str, digest: str) -> ResumeError:
+def _foreign(
+    ckpt: Path, state: SeedCheckpoint, variant: str, digest: str, settings: dict | None
+) -> ResumeError:
     return ResumeError(
         f"{ckpt} was written by variant {state.variant!r} with config "
-        f"{state.config_digest}, but this run is {variant!r} with config {digest}. "
-        "Resuming would mix two experiments. Restore the old params to resume, or pass "
-        "--fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
+        f"{state.config_digest}, but this run is {variant!r} with config {digest}"
+        f"{_changed(ckpt, settings)}. Resuming would mix two experiments. Restore the old params to "
+        "resume, or pass --fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
     )
 
 
-def refuse_foreign(work: Path, seeds, digest: str, variant: str, fresh: bool) -> None:
+def _changed(ckpt: Path, settings: dict | None) -> str:
+    """' (train.lr 0.05 -> 0.1, ...)': the settings that differ from those the seed's run.json
+    recorded when it started; '' where either is unknown (an older run.json)."""
+    try:
+        before = json.loads(ckpt.with_name("run.json").read_text(encoding="utf-8")).get("settings")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(before, dict) or not settings:
+        return ""
+    now = json.loads(json.dumps(settings, default=str))  # as run.json holds them: tuples as lists
+    keys = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    return (
+        " (" + ", ".join(f"{k} {shown(before.get(k))} -> {shown(now.get(k))}" for k in keys) + ")"
+        if keys
+        else ""
+    )
+
+
+def refuse_foreign(
+    work: Path, seeds, digest: str, variant: str, fresh: bool, settings: dict | None = None
+) -> None:
     """Before any run is created: a checkpoint of another configuration (or format) stops the stage."""
     if fresh:
         return
     for seed in seeds:
         ckpt = work / f"seed-{seed}" / "checkpoint.pt"
         if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
-            raise _foreign(ckpt, state, variant, digest)
+            raise _foreign(ckpt, state, variant, digest, settings)
 
 
 def check_writable(work: Path, out: Path) -> None:

@@ -212,6 +212,10 @@ class Config:
         flat = {k: v for k, v in self.flat().items() if not k.startswith(exclude)}
         return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+    def digested(self) -> dict:
+        """The settings ``digest`` covers, dotted keys: what a refusal names when digests differ."""
+        return {k: v for k, v in self.flat().items() if not k.startswith(self.NOT_DIGESTED)}
+
 
 def replace(cfg: Config, **sections: dict) -> Config:
     """A copy of cfg with some fields of some sections changed: replace(cfg, train={'epochs': 1})."""

@@ -71,7 +71,7 @@ def train_variant(
         memory_check.check_fits(cfg, strategy.device, len(dataset["classes"]), memory_check.local_processes())
         tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant
-        work_folder.refuse_foreign(work, cfg.train.seeds, cfg.digest(), variant, fresh)
+        work_folder.refuse_foreign(work, cfg.train.seeds, cfg.digest(), variant, fresh, cfg.digested())
         work_folder.check_writable(work, models_dir / variant)
         stage = None  # rank 0 only: several ranks creating a new sqlite store race its migrations
         if strategy.is_main:
@@ -152,7 +152,9 @@ def _train_one(
         if main:
             train_runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return Trained(job.seed, done.run_id, done.result)
-    resume = work_folder.load_resume(job.checkpoint_path, digest, variant, fresh, strategy)
+    resume = work_folder.load_resume(
+        job.checkpoint_path, digest, variant, fresh, strategy, job.cfg.digested()
+    )
     run_id, hooks = (
         train_runs.open_seed_run(stage, job, variant, digest, extra, resume) if main else (None, None)
     )

@@ -139,7 +139,8 @@ def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict
     }
     run_id = stage.tracker.start(f"{variant}/seed-{job.seed}", tags, params, parent=stage.variant_run_id)
     stage.tracker.log_dataset(run_id, "cifar10-train", stage.data_digest, stage.data_source, "training")
-    write_json(record, {"run_id": run_id, "config_digest": digest})  # also for the DDP launcher
+    # also for the DDP launcher; settings: what a refused resume names (checkpoints/work.py)
+    write_json(record, {"run_id": run_id, "config_digest": digest, "settings": job.cfg.digested()})
     return run_id
 
 
