@@ -16,7 +16,7 @@ import yaml
 
 import ampbench.config.rules as config_rules
 from ampbench.config.settings import Config, ConfigError
-from ampbench.config.strict import cut, read_params, shown
+from ampbench.config.strict import FIX, cut, read_params, shown
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -147,9 +147,7 @@ def _read_params(path: Path) -> dict:
     raw = read_params(path)
     if raw is None or raw == {}:
         # Running on code defaults would silently train the full study (and download CIFAR-10).
-        raise ConfigError(
-            f"{path}: holds no settings (empty or only comments); restore it, e.g. `git checkout {path.name}`"
-        )
+        raise ConfigError(f"params file {path}: holds no settings (empty or only comments); {FIX}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     return raw

@@ -79,7 +79,7 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 
 
 # Where the path came from: params.yaml by default, or the command's --params (a stage's).
-_FIX = "restore params.yaml (`git checkout params.yaml`), or point --params at a params.yaml"
+FIX = "restore params.yaml (`git checkout params.yaml`), or point --params at a params.yaml"
 
 
 def read_params(path: Path) -> object:
@@ -89,27 +89,27 @@ def read_params(path: Path) -> object:
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
     except OSError as err:
-        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {_FIX}") from None
+        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"params file {path}: is a folder, not a file; {_FIX}")
+            raise ConfigError(f"params file {path}: is a folder, not a file; {FIX}")
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {_FIX}")
+            raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {FIX}")
         data = _read_at_most(fd, MAX_BYTES + 1)  # a file growing meanwhile, or a size /proc does not tell
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:
         raise ConfigError(
             f"params file {path}: larger than {MAX_BYTES // 1_000_000} MB ({max(info.st_size, len(data)):,} "
-            f"bytes); a params file is a few kB: {_FIX}"
+            f"bytes); a params file is a few kB: {FIX}"
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         byte = err.object[err.start : err.start + 1]
         raise ConfigError(
-            f"params file {path}: not UTF-8 text (byte {err.start}: {byte!r}); save it as UTF-8, or {_FIX}"
+            f"params file {path}: not UTF-8 text (byte {err.start}: {byte!r}); save it as UTF-8, or {FIX}"
         ) from None
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
