@@ -48,6 +48,8 @@ HASH_WARNING = "No file hash info found for"
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
+# an ampbench stage that exits 1 or 2 has said why, in one line (or, for a bug, a traceback)
+SAID, SAID_BY = (1, 2), "ampbench "
 INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
 FAILED = re.compile(r"failed to reproduce '(?P<stage>[^']+)'.*exited with (?P<status>-?\d+)", re.S)
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"
@@ -74,7 +76,8 @@ def _messages(record: logging.LogRecord) -> str:
 
 
 class Quiet(logging.Filter):
-    """Drops the hash warnings and remembers (and drops) the error a stop causes."""
+    """Drops the hash warnings and DVC's repetition of a stage's own error line, and remembers
+    (and drops) the error a stop or a SIGKILL causes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +100,8 @@ class Quiet(logging.Filter):
             self.signum = self.signum or signal.SIGINT
             return False
         failed = FAILED.search(text)
+        if failed and int(failed["status"]) in SAID and f"failed to run: {SAID_BY}" in text:
+            return False  # the stage said what failed, and the fix, above: DVC's line repeats it
         if failed and int(failed["status"]) == -signal.SIGKILL:
             self.killed_stage = failed["stage"]
             return False

@@ -119,7 +119,10 @@ def test_dvc_run_drops_the_hash_warnings_and_turns_a_stop_into_its_status():
     assert quiet.filter(_record(logging.WARNING, "some other warning"))
     crash = ReproductionError("failed to reproduce 'evaluate'")  # as dvc/repo/reproduce.py words it
     crash.__cause__ = StageCmdFailedError("ampbench evaluate", 1)
-    assert quiet.filter(_record(logging.ERROR, "", crash)) and not quiet.signum  # a crash stays loud
+    assert not quiet.filter(_record(logging.ERROR, "", crash)) and not quiet.signum  # the stage said it
+    other_tool = ReproductionError("failed to reproduce 'fetch'")
+    other_tool.__cause__ = StageCmdFailedError("curl -o x http://x", 6)
+    assert quiet.filter(_record(logging.ERROR, "", other_tool)) and not quiet.signum  # stays loud
     stop = ReproductionError("failed to reproduce 'train@single-fp32'")
     stop.__cause__ = StageCmdFailedError("ampbench train --parallel single --precision fp32", 130)
     assert not quiet.filter(_record(logging.ERROR, "", stop))

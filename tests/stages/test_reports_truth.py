@@ -250,3 +250,27 @@ def test_a_full_disk_under_a_writer_that_names_no_file_names_the_reports_folder(
     assert faults.disk_full(err.value).startswith(
         f"No space left on device: could not write {tmp_path / 'reports'}/;"
     )
+
+
+def test_compare_refuses_metrics_of_a_model_since_trained_again(project, monkeypatch):
+    """Hostile re-run: a variant retrained with train.lr 0.1, evaluate refused (mixed settings),
+    then `ampbench compare` ranked the old model's scores, exit 0. The metrics name the run they
+    scored; the model file there now is another run's."""
+    from ampbench.stages import compare
+
+    records = {v: _record(v) for v in PAIR}  # seeds 0 and 1, runs "<variant>-<seed>"
+    for seed in (0, 1):
+        for variant in PAIR:
+            path = project / "models" / variant / f"seed-{seed}" / "model.pt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            run_id = "retrained" if (variant, seed) == ("single-autocast", 1) else f"{variant}-{seed}"
+            _model_file(project, variant, run_id).save(path)
+    said = compare.replaced_since(records, project / "models")
+    assert said.startswith(
+        "reports/metrics/single-autocast.json scores a model since replaced "
+        f"({project / 'models/single-autocast/seed-1/model.pt'} is now run retrained, the metrics are of "
+        "run single-autocast-1): run `ampbench evaluate` first"
+    ), said
+    records["single-autocast"]["seeds"][1]["run_id"] = "retrained"
+    assert compare.replaced_since(records, project / "models") == ""
+    assert compare.replaced_since(records, project / "elsewhere") == ""  # no models here: the files speak

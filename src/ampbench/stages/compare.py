@@ -15,15 +15,20 @@ import argparse
 import json
 import logging
 import os
+from pathlib import Path
 
 from ampbench import outputs
 from ampbench.config import Config, ConfigError
-from ampbench.paths import REPORTS_DIR
+from ampbench.paths import MODELS_DIR, REPORTS_DIR
 from ampbench.variants import VARIANTS, study_variants
 
 OUTPUTS = ("comparison.md", "comparison.csv", "comparison.png", "summary.json")
 
 log = logging.getLogger(__name__)
+
+
+class StaleMetricsError(ValueError):
+    """An evaluate metrics file of a model that was trained again since; says what to run."""
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -47,7 +52,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
-    label = mixed.check(_records(variants), args.allow_mixed)  # one study, one configuration
+    records = _records(variants)
+    if stale := replaced_since(records, MODELS_DIR):  # scores of models no longer there
+        raise StaleMetricsError(stale)
+    label = mixed.check(records, args.allow_mixed)  # one study, one configuration
     notice = "\n\n".join(n for n in (compare.subset_notice(cfg), label) if n)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
@@ -89,6 +97,30 @@ def ending(rows: list[dict], subset: bool) -> list[str]:
     metrics = "dvc metrics show" if here == "." else f"cd {here} && dvc metrics show"
     lines.append(f"The table and chart: {reports}/comparison.md, comparison.png; in DVC: {metrics}")
     return lines
+
+
+def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
+    """'' when each metrics record scores the model files there are (or they are not here); else
+    one line naming a variant whose model was trained again after it was evaluated (an evaluate
+    refused since, or never run): a comparison of models that no longer exist."""
+    from ampbench.checkpoints import state  # torch: once a metrics file names a run
+
+    for variant, record in records.items():
+        for row in record.get("seeds", []):
+            path = models_dir / variant / f"seed-{row.get('seed')}" / "model.pt"
+            if not (row.get("run_id") and path.exists()):
+                continue
+            try:
+                now = state.ModelFile.load(path, mmap=True).run_id
+            except Exception:  # noqa: BLE001 - a damaged file is evaluate's to report
+                continue
+            if now != row["run_id"]:
+                return (
+                    f"reports/metrics/{variant}.json scores a model since replaced ({path} is now run "
+                    f"{now}, the metrics are of run {row['run_id']}): run `ampbench evaluate` first "
+                    "(`dvc repro` runs both)"
+                )
+    return ""
 
 
 def _records(variants: list[str]) -> dict[str, dict]:
