@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from ampbench import processes
@@ -73,3 +74,17 @@ def quoted_overrides(argv: list[str]) -> list[str]:
             value = re.sub(r"(\\+)(?='|$)", lambda m: m[1] * 2, value).replace("'", "\\'")
             out[i] = f"{key}='{value}'"
     return out
+
+
+def main() -> int:
+    """`python -m ampbench.dvc_guard`: `make run`'s first step, before its estimate times steps
+    (seconds): a params fault (exit 2) or a busy project (exit 1) in one line, at once."""
+    for fault, status in ((params_fault(), EXIT_USAGE), (busy_fault(), 1)):
+        if fault:
+            print(fault, file=sys.stderr, flush=True)
+            return status
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -128,3 +128,25 @@ def test_make_run_says_a_params_fault_once(tmp_path: Path):
     assert proc.returncode != 0, out
     assert len(re.findall(r"duplicate|twice|more than once", out)) == 1, out
     assert "dvc repro" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+def test_make_run_in_a_busy_project_is_refused_before_the_estimate(tmp_path: Path):
+    """Hostile re-run: a second `make run` said "busy" only after its estimate's 13 s of timing
+    steps beside the running study."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _make_project(proj)
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        lock = {"write": {"models/single-fp32": {"pid": running.pid, "cmd": "dvc repro"}}, "read": {}}
+        (proj / ".dvc" / "tmp").mkdir(exist_ok=True)
+        (proj / ".dvc" / "tmp" / "rwlock").write_text(json.dumps(lock))
+        proc = subprocess.run(
+            ["make", "run"], cwd=proj, env=venv_env(), capture_output=True, text=True, timeout=120
+        )
+    finally:
+        running.kill()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"this project is busy: pid {running.pid} (dvc repro)" in out, out
+    assert "ampbench estimate" not in out and "Traceback" not in out, out

@@ -190,6 +190,7 @@ def test_changed_config_refuses_to_resume_until_fresh(tmp_path, procs):
     assert refused.returncode == 1
     assert "--fresh" in refused.stderr and str(WORK0 / "checkpoint.pt") in refused.stderr
     assert "(train.lr 0.05 -> 0.02). Resuming would mix two experiments" in refused.stderr  # not only digests
+    assert "start over: `ampbench train --parallel single --precision fp32 --fresh`" in refused.stderr
     assert ckpt.read_bytes() == before
     assert [r.info.run_id for r in runs(proj, kind="seed")] == [killed]
     assert len(runs(proj, kind="variant")) == 1  # refused before any run was created

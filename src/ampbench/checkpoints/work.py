@@ -71,8 +71,16 @@ def _foreign(
         f"{ckpt} was written by variant {state.variant!r} with config "
         f"{state.config_digest}, but this run is {variant!r} with config {digest}"
         f"{_changed(ckpt, settings)}. Resuming would mix two experiments. Restore the old params to "
-        "resume, or pass --fresh (ampbench train ... --fresh) to discard the checkpoint and start over."
+        f"resume, or discard the checkpoint and start over: {_fresh_command(variant)}."
     )
+
+
+def _fresh_command(variant: str) -> str:
+    """The command that trains `variant` from the start (what `make run` cannot be told)."""
+    parallel_name, _, precision_name = variant.partition("-")
+    if not precision_name:  # a checkpoint written outside a stage names no variant
+        return "`ampbench train ... --fresh`"
+    return f"`ampbench train --parallel {parallel_name} --precision {precision_name} --fresh`"
 
 
 def _changed(ckpt: Path, settings: dict | None) -> str:
@@ -232,5 +240,5 @@ def restore(trainer, resume: SeedCheckpoint, path: Path) -> None:
         first = " ".join(str(err).split())[:160]
         raise files.CheckpointError(
             f"{path} does not fit this model ({type(err).__name__}: {first}); it was written by "
-            "another version of the model's code: re-run with --fresh to discard it"
+            f"another version of the model's code: discard it with {_fresh_command(resume.variant)}"
         ) from None
