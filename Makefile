@@ -58,7 +58,7 @@ STOPPABLE = trap 'signalled=1' INT; trap 'signalled=1; kill -TERM $$job 2>/dev/n
 # here.
 run: install
 	@$(abspath $(PY)) -m ampbench.dvc_guard
-	@echo ampbench estimate; ampbench estimate || [ $$? -ne 2 ]
+	@echo ampbench estimate; ampbench estimate $(if $(DATA),--set $(call q,data.url=$(DATA_URL))) || [ $$? -ne 2 ]
 ifdef DATA
 	@echo dvc exp run -S $(call q,$(call q,data.url=$(DATA_URL)))
 	@$(call STOPPABLE,exp run -S $(call q,data.url=$(DATA_URL)))

@@ -57,3 +57,11 @@ def test_make_demo_and_tutorial_write_the_whole_path_into_their_params(target, t
 def test_make_explain_downloads_from_the_whole_path(tmp_path):
     line = next(w for w in _recipes("explain", PATHS[1], tmp_path) if "download" in w)
     assert line[line.index("--set") + 1] == f"data.url={_absolute(PATHS[1])}", line
+
+
+@pytest.mark.parametrize("data", PATHS)
+def test_make_runs_estimate_counts_the_data_it_will_train_on(data, tmp_path):
+    """The estimate reads DATA too: data prepared from it is counted, not CIFAR-10's 50,000."""
+    words = next(w for w in _recipes("run", data, tmp_path) if "estimate" in w and "ampbench" in w)
+    estimate = words[len(words) - words[::-1].index("estimate") - 1 :]  # the command, not its echo
+    assert estimate[1:3] == ["--set", f"data.url={_absolute(data)}"], words
