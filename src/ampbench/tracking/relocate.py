@@ -63,5 +63,9 @@ def follow_move(db: Path, root: Path) -> list[str]:
                     )
     for old in sorted(olds):
         was = unquote(urlparse(old).path)
-        log.info("mlflow.db: the project moved; its runs' files, recorded in %s, are now in %s", was, mlruns)
+        log.info(
+            "mlflow.db: the project moved (or was copied); its runs' files, recorded in %s, are now in %s",
+            was,
+            mlruns,
+        )
     return sorted(olds)

@@ -123,7 +123,7 @@ def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
                     said = True
                     holder = faults.lock_holders(lock) or "another process"
                     logging.getLogger(__name__).info(
-                        "waiting for %s, held by %s (a stage opening the MLflow store); at most %g s",
+                        "waiting for %s, held by %s (as a rule a stage opening the store); at most %g s",
                         lock, holder, timeout_s,
                     )  # fmt: skip
                 if waited > timeout_s:
