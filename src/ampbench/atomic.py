@@ -14,20 +14,12 @@ from pathlib import Path
 
 import torch
 
+from ampbench.processes import alive
+
 
 def temp_name(path: Path, kind: str = "tmp") -> str:
     """`.<name>.<kind>-<pid>`: hidden, next to `path`, and naming its writer (see remove_stale_temps)."""
     return f".{path.name}.{kind}-{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def remove_stale_temps(path: Path, kind: str = "tmp") -> None:
@@ -38,7 +30,7 @@ def remove_stale_temps(path: Path, kind: str = "tmp") -> None:
     """
     for stale in path.parent.glob(f".{path.name}.{kind}-*"):
         pid = re.match(r"(\d+)(?:-|$)", stale.name.rsplit(f".{kind}-", 1)[1])
-        if pid and int(pid[1]) != os.getpid() and _alive(int(pid[1])):
+        if pid and int(pid[1]) != os.getpid() and alive(int(pid[1])):
             continue
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)

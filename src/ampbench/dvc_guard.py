@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ampbench import processes
 from ampbench.config import ConfigError
-from ampbench.config.strict import read_params
+from ampbench.config.strict import cut, read_params
 
 PARAMS_FILE = "params.yaml"  # the params file DVC reads by default, beside dvc.yaml
 EXIT_USAGE = 2  # as `ampbench` exits on a configuration error
@@ -54,8 +54,7 @@ def busy_fault() -> str:
     for info in writers.values() if isinstance(writers, dict) else ():
         pid = info.get("pid") if isinstance(info, dict) else None
         if isinstance(pid, int) and pid != os.getpid() and processes.alive(pid):
-            cmd = str(info.get("cmd", "dvc"))
-            cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+            cmd = cut(str(info.get("cmd", "dvc")))
             return (
                 f"ERROR: this project is busy: pid {pid} ({cmd}) is running its pipeline; wait for "
                 f"it to end, or stop it (Ctrl-C where it runs, or kill {pid}), then run this again"
@@ -78,7 +77,8 @@ def quoted_overrides(argv: list[str]) -> list[str]:
 
 def main() -> int:
     """`python -m ampbench.dvc_guard`: `make run`'s first step, before its estimate times steps
-    (seconds): a params fault (exit 2) or a busy project (exit 1) in one line, at once."""
+    (seconds), and dvc_run's before DVC: a params fault (exit 2) or a busy project (exit 1) in
+    one line, at once; 0 when neither."""
     for fault, status in ((params_fault(), EXIT_USAGE), (busy_fault(), 1)):
         if fault:
             print(fault, file=sys.stderr, flush=True)

@@ -232,12 +232,8 @@ def _stop_when_make_is_gone() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if fault := dvc_guard.params_fault():
-        print(fault, file=sys.stderr, flush=True)
-        return dvc_guard.EXIT_USAGE
-    if fault := dvc_guard.busy_fault():
-        print(fault, file=sys.stderr, flush=True)
-        return 1
+    if refused := dvc_guard.main():
+        return refused
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.

@@ -14,6 +14,8 @@ none does (a metrics file older than those) but the digests do, the digest is na
 
 from __future__ import annotations
 
+from ampbench.config.strict import shown
+
 DIGEST = "config_digest"
 SETTINGS = "settings"  # a seed's every digested setting, dotted keys (stages/evaluate.py)
 
@@ -39,7 +41,7 @@ def _differing(records: dict[str, dict], keys: list[str], within: str = "") -> l
         values: dict[str, list[str]] = {}
         for variant, record in records.items():
             rows = [seed.get(within, {}) if within else seed for seed in record.get("seeds", [])]
-            seen = {_shown(row.get(key)) for row in rows if key in row}
+            seen = {shown(row.get(key)) for row in rows if key in row}
             for value in sorted(seen):
                 values.setdefault(value, []).append(variant)
         if len(values) > 1:
@@ -47,11 +49,6 @@ def _differing(records: dict[str, dict], keys: list[str], within: str = "") -> l
                 f"{key}: " + " vs ".join(f"{value} ({', '.join(names)})" for value, names in values.items())
             )
     return found
-
-
-def _shown(value, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check(records: dict[str, dict], allow_mixed: bool) -> str:
