@@ -18,12 +18,13 @@ a process: 3.46 GB there, above every measurement, so a model it lets through is
 half-way; tests/training/test_memory_check.py measures it again on every CI run.
 
 On a GPU (H100 80GB, 2026-12-06, the GPU's used memory as nvidia-smi reports it, peak over a
-2-epoch train stage, the study's defaults: data on the device, cuDNN autotuning, the step as a
-replayed CUDA graph) at fc_dim 8000 / 16000: single (fp32, autocast, autocast + scaler alike
-within 0.6 GB) 4.8 / 7.3-7.9 GB, ddp-autocast's worker 5.6 / 9.8 GB: 13 (single) and 22 (ddp)
-bytes a parameter plus about 4 GB a process (CUDA's context, the data set, cuDNN's and the
-graph's workspaces). There the check counts 32 bytes a parameter plus 4 GiB: 12.5 GiB for ddp's
-9.6 GiB at 275 M parameters, 6.2 GiB for single's 4.7 GiB at 75 M.
+2-epoch train stage (seed 0, tracking.log_model=none), else the defaults: data on the device,
+cuDNN autotuning, the step as a replayed CUDA graph) at fc_dim 8000 / 16000: single (fp32,
+autocast, autocast + scaler alike within 0.6 GB) 4.8 / 7.3-7.9 GB, ddp-autocast's worker 5.6 /
+9.8 GB: 13 (single) and 22 (ddp) bytes a parameter plus about 4 GB a process (CUDA's context,
+the data set, cuDNN's and the graph's workspaces). There the check counts 32 bytes a parameter
+plus 4 GiB: 12.5 GiB for ddp's 9.6 GiB at 275 M parameters, 6.2 GiB for single's 4.7 GiB at 75
+M.
 """
 
 from __future__ import annotations
