@@ -126,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         else "%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[BarSafeHandler()],
     )
-    if not args.verbose:  # MLflow's "Creating initial MLflow database tables...": not the user's business
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    if not args.verbose:
+        # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
+        # transaction (a full disk) before the error reaches our one line: not the user's business
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     try:
         if fault := unreadable_folder():
             raise ConfigError(fault)

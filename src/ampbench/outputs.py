@@ -22,11 +22,36 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from ampbench.paths import cannot_hold, unreplaceable, unwritable
+
 PREFIX = ".staging-"
+
+
+class OutputsError(ValueError):
+    """A stage's output folder cannot take its files (one line: which folder, why, the fix)."""
+
+
+def check_writable(root: Path) -> None:
+    """``root`` and every folder under it take new files (``paths.unreplaceable``'s probes), or
+    OutputsError: a read-only or foreign-owned reports folder is refused before the stage's work,
+    not when its files move into place."""
+    refused = unreplaceable(root) if root.is_dir() else None
+    if refused is None and (reason := unwritable(root)):
+        refused = (root, reason)
+    if refused:
+        raise OutputsError(cannot_hold(refused[0], "reports", refused[1]))
+
+
+def check_folder(folder: Path, holds: str) -> None:
+    """``folder`` (made if missing) can take new files, or OutputsError: a command's report is
+    refused before its measurement, not after it."""
+    if reason := unwritable(folder):
+        raise OutputsError(cannot_hold(folder, holds, reason))
 
 
 @contextlib.contextmanager
 def staged(root: Path, whole: tuple[str, ...] = ()) -> Iterator[Path]:
+    check_writable(root)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(f"{PREFIX}*"):
         pid = stale.name.removeprefix(PREFIX)
@@ -39,11 +64,21 @@ def staged(root: Path, whole: tuple[str, ...] = ()) -> Iterator[Path]:
         yield staging
         _move_in(staging, root, whole)
     except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT) and not err.filename:
-            err.filename = f"{root}/"  # a writer that names no file (PIL's): the folder, at least
+        _name_the_output(err, staging, root)
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _name_the_output(err: OSError, staging: Path, root: Path) -> None:
+    """The error names the output under root, not the staging folder that is removed: a move's
+    destination, a staged path as its namesake; a writer that names no file (PIL's), the root."""
+    if err.filename2:  # a move: what refused it is its destination (a folder in a file's place)
+        err.filename, err.filename2 = err.filename2, None
+    elif err.filename and Path(err.filename).is_relative_to(staging):
+        err.filename = str(root / Path(err.filename).relative_to(staging))
+    elif err.errno in (errno.ENOSPC, errno.EDQUOT) and not err.filename:
+        err.filename = f"{root}/"
 
 
 def _move_in(staging: Path, root: Path, whole: tuple[str, ...]) -> None:

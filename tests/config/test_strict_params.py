@@ -86,3 +86,30 @@ def test_an_experiment_name_longer_than_mlflow_keeps_is_refused_naming_the_key()
     with pytest.raises(ConfigError, match=r"tracking.experiment: 'e+\.\.\. must be at most 492 characters"):
         load_config(REPO / "params.yaml", ["tracking.experiment=" + "e" * 493])
     load_config(REPO / "params.yaml", ["tracking.experiment=" + "e" * 492])
+
+
+def test_a_number_of_thousands_of_digits_is_refused_naming_the_line(tmp_path):
+    # Python reads no integer of over 4300 digits: the error named neither key nor file
+    path = _params(tmp_path, "train:\n  epochs: " + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    line = _one_line(err)
+    assert f"{path}: line 2: a number of 5,000 digits" in line and "smaller" in line, line
+    assert len(line) < 400, line
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("train.epochs=" + "9" * 5000, "train.epochs: a number of 5,000 digits"),
+        ("model.fc_dim=" + "9" * 4000, "model.fc_dim: 999"),  # the memory rule's arithmetic broke
+        ("train.seeds=[0, " + "9" * 30 + "]", "train.seeds[1]: 999"),
+        ("train.lr=" + "9" * 400, "train.lr: expected a finite number, got 999"),
+    ],
+)
+def test_a_huge_number_from_set_is_refused_naming_the_key(override, named):
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "params.yaml", [override])
+    text = str(err.value)
+    assert named in text and len(text) < 600, text
+    assert "set_int_max_str_digits" not in text

@@ -107,3 +107,21 @@ def test_a_gpu_process_counts_what_cuda_itself_takes(monkeypatch):
     said = r"needs at least 6\.2 GiB a process \(32 bytes a parameter plus 4 GiB"
     with pytest.raises(ConfigError, match=said):
         memory_check.check_fits(_cfg(8000), torch.device("cuda", 0), 10)
+
+
+def test_a_batch_whose_activations_cannot_fit_is_refused_naming_the_batch(monkeypatch):
+    """Hostile pass: `ampbench estimate --set train.batch_size=1000000` grew to 20 GB and the
+    kernel killed it; a batch of tens of thousands is now one line before any step."""
+    monkeypatch.setattr(memory_check, "available_bytes", lambda device, processes=1: 8 * 2**30 // processes)
+    cfg = load_config(REPO / "params.yaml", ["train.batch_size=40000"])
+    with pytest.raises(ConfigError, match=r"^train\.batch_size: 40000 images a step need about 22\.4 GiB"):
+        memory_check.check_fits(cfg, torch.device("cpu"), 10)
+    memory_check.check_fits(_cfg(4096), torch.device("cpu"), 10)  # the study's batch of 512 fits
+
+
+def test_the_estimate_refuses_a_batch_larger_than_the_train_set_before_timing_a_step():
+    from ampbench.training import study_cost
+
+    cfg = load_config(REPO / "params.yaml", ["train.batch_size=100"])
+    with pytest.raises(ConfigError, match=r"train\.batch_size=100 is larger than the train set \(60 images\)"):
+        study_cost.preflight(cfg, REPO / "params.yaml", force=True, sizes=(60, 20))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ampbench import outputs
 from ampbench.cli_options import at_least_one
 from ampbench.config import COMPILE_MODES, Config, replace
 
@@ -64,6 +65,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
     memory_check.check_fits(cfg, kit.single_device().device, CIFAR_CLASSES)
     measurement_runs.check_store(cfg, "bench", Path(args.out))
+    outputs.check_folder(Path(args.out).parent, "bench report")  # before the measurement
     res = throughput.run_modes(
         cfg,
         variants,

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from ampbench import outputs
 from ampbench.cli_options import at_least_one
 from ampbench.config import Config
 
@@ -64,6 +65,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     strategy = kit.single_device()
     cuda = strategy.device.type == "cuda"
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
+    outputs.check_folder(Path(args.out).parent, "explain report")  # before the measurement
     if not args.rungs:  # a part of another explain records nothing
         measurement_runs.check_store(cfg, "explain", Path(args.out))
     opts = options(args, cuda)

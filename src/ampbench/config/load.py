@@ -16,7 +16,10 @@ import yaml
 
 import ampbench.config.rules as config_rules
 from ampbench.config.settings import Config, ConfigError
-from ampbench.config.strict import FIX, cut, read_params, shown
+from ampbench.config.strict import FIX, cut, parse_value, read_params, shown
+
+# The largest integer a setting may hold (a C long): beyond it no count makes sense.
+INT_LIMIT = 2**63 - 1
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -54,22 +57,26 @@ def _check_value(key: str, value: object, hint: typing.Any, problems: list[str])
             problems.append(f"{key}: expected true or false, got {shown(value)}")
         return value
     if hint is float:
-        value = _as_float(value)
+        given, value = value, _as_float(value)
         if isinstance(value, float) and not math.isfinite(value):
             # inf passes every `> 0` check, then overflows timers or means "never" without a word
-            problems.append(f"{key}: expected a finite number, got {shown(value)}")
+            huge = isinstance(given, int)  # an integer beyond float's range: shown as written
+            problems.append(f"{key}: expected a finite number, got {shown(given if huge else value)}")
             return value
     if key in _TEXT_KEYS and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # YAML read an all-digit checksum as a number
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {shown(value)}")
+    elif hint is int and abs(value) > INT_LIMIT:  # no count is that large; the rules' arithmetic breaks
+        problems.append(f"{key}: {shown(value)} is larger than any setting can be (at most {INT_LIMIT:,})")
     return value
 
 
 def _as_float(value: object) -> object:
-    """Ints and numeric strings as float (YAML 1.1 reads `1e6`, without a dot, as a string)."""
+    """Ints and numeric strings as float (YAML 1.1 reads `1e6`, without a dot, as a string); an
+    int beyond float's range as inf (then refused as not finite)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        return float(value) if abs(value) <= INT_LIMIT else math.inf
     if isinstance(value, str):
         try:
             return float(value)
@@ -110,12 +117,16 @@ def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
         return
     section, name = key.strip().split(".", 1)
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = parse_value(text) if text.strip() else ""
     except yaml.YAMLError as err:
+        where = f"from --set {shown(item)} or a command-line option"
+        if refusal := getattr(err, "what", None):  # the strict loader's own: an anchor, a huge number
+            problems.append(f"{cut(key.strip())}: {refusal} ({where})")
+            return
         problem = getattr(err, "problem", None) or type(err).__name__  # e.g. "expected ',' or ']'"
         problems.append(
             f"{cut(key.strip())}: {shown(text)} is not valid YAML ({problem}); write a list as [0, 1], "
-            f"quote text that starts with @, `, [ or {{ (from --set {shown(item)} or a command-line option)"
+            f"quote text that starts with @, `, [ or {{ ({where})"
         )
         return
     raw.setdefault(section, {})

@@ -39,6 +39,7 @@ def shown(value: object) -> str:
 class _Refused(yaml.YAMLError):
     def __init__(self, what: str, mark) -> None:
         super().__init__(f"line {mark.line + 1}: {what}")
+        self.what = what
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -69,6 +70,19 @@ class _StrictLoader(yaml.SafeLoader):
                 seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # Python refuses to read an integer of over 4300 digits
+            raise _Refused(
+                f"a number of {len(node.value):,} digits ({cut(node.value)}) is larger than any setting "
+                "can be; write a smaller one",
+                node.start_mark,
+            ) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
 
 def _read_at_most(fd: int, limit: int) -> bytes:
     chunks, size = [], 0
@@ -76,6 +90,12 @@ def _read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def parse_value(text: str) -> object:
+    """One ``--set`` value read as the params file's values are (a yaml.YAMLError if it cannot be);
+    a refusal's ``what`` says why without a line number."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
 
 
 # Where the path came from: params.yaml by default, or the command's --params (a stage's).

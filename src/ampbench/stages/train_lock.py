@@ -42,6 +42,16 @@ def _busy(variant: str, path: Path, pids: list[int]) -> TrainingBusyError:
     return TrainingBusyError(f"{variant} is being trained by pid {who}: wait for it or end it ({kill})")
 
 
+def _write_pid(fd: int, path: Path) -> None:
+    """This process's pid into the lock file (what a refused second trainer names); a full disk
+    names the file (a bare os.write error names none)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
 def _open_locked(path: Path, mode: int) -> int | None:
     """A descriptor of ``path`` locked with ``mode``, or None if another process holds it. Retries
     when the file was removed (by an ending holder) between the open and the lock."""
@@ -92,8 +102,7 @@ def hold(work: Path, variant: str) -> Iterator[None]:
     if fd is None:
         raise _busy(variant, path, lock_pids(path))
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        _write_pid(fd, path)
         orphans = _clear_workers(work)  # of a DDP launcher that died (kill -9): they may be saving
         if orphans is not None:
             raise _busy(variant, work / WORKERS, orphans)

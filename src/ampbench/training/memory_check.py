@@ -40,6 +40,10 @@ from ampbench.config.rules import alexnet_parameters
 MEMINFO = Path("/proc/meminfo")
 BYTES_PER_PARAMETER = 32  # measured: 19.7 single, 23.6-26 ddp (module docstring)
 PROCESS_BYTES = 2**30  # measured: 0.87 GB a process at any model size
+# Measured (2-core CPU, 2026-12-06, fp32 step of the study's AlexNet on 32x32 images, peak resident
+# memory): 1.15 / 1.64 / 2.92 GB at batch 128 / 1024 / 4096, 0.45 MB an image; counted 0.6 MB, so
+# a batch of tens of thousands is refused in one line, not killed by the kernel mid-step.
+ACTIVATION_BYTES = 600_000
 GPU_PROCESS_BYTES = 4 * 2**30  # measured: about 4 GB of a GPU a process (module docstring)
 
 
@@ -70,10 +74,17 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
         return
     params = alexnet_parameters(m.fc_dim, m.batch_norm, num_classes)
     need, free = needed_bytes(params, device.type), available_bytes(device, processes)
-    if free is None or need <= free:
+    if free is None or need + batch_bytes(cfg, processes) <= free:
         return
     where = f"this GPU ({device}) has" if device.type == "cuda" else "this machine has"
     share = f" for each of its {processes} processes" if processes > 1 and device.type != "cuda" else ""
+    if need <= free:  # the model fits; its batch's activations do not
+        raise ConfigError(
+            f"train.batch_size: {cfg.train.batch_size} images a step need about "
+            f"{batch_bytes(cfg, processes) / 2**30:,.1f} GiB of activations a process beside the "
+            f"model's {need / 2**30:,.1f} GiB, but {where} {free / 2**30:,.1f} GiB free{share}: lower "
+            f"train.batch_size (the study's 512 needs {512 * ACTIVATION_BYTES / 2**30:.1f} GiB)"
+        )
     raise ConfigError(
         f"model.fc_dim: {m.fc_dim} makes a model of {params:,} parameters; training it needs at least "
         f"{need / 2**30:,.1f} GiB a process ({BYTES_PER_PARAMETER} bytes a parameter plus "
@@ -81,6 +92,12 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
         f"{free / 2**30:,.1f} GiB free{share}: choose a smaller model.fc_dim (the study's 4096 needs "
         f"{needed_bytes(alexnet_parameters(4096, True, 10), device.type) / 2**30:.1f} GiB)"
     )
+
+
+def batch_bytes(cfg: Config, processes: int = 1) -> int:
+    """The activations one training process keeps for its share of a batch (measured rule)."""
+    images = max(1, cfg.train.batch_size // max(1, processes))
+    return int(images * ACTIVATION_BYTES * (cfg.data.image_size / 32) ** 2)
 
 
 def local_processes() -> int:

@@ -17,13 +17,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from ampbench.config import PARALLELS, PRECISIONS, Config
+from ampbench.config import PARALLELS, PRECISIONS, Config, ConfigError
 from ampbench.training import memory_check
 from ampbench.training.measure import sync
 
 CIFAR_TRAIN_PER_CLASS, CIFAR_TEST_PER_CLASS, CIFAR_CLASSES = 5000, 1000, 10
 # A forward pass costs about a third of a training step (forward + backward + update), per image.
 FORWARD_SHARE = 1 / 3
+# The largest batch an fp32 step is timed at (per image, scaled): a larger one takes minutes on a CPU.
+FP32_PROBE_BATCH = 1024
 LONG_ON_CPU_S = 30 * 60  # a study longer than this on a CPU gets the `make demo` hint
 DEMO_HINT = (
     "This is long for a CPU. The quick study runs the same pipeline (nine variants, "
@@ -181,6 +183,11 @@ def preflight(
     t0 = time.perf_counter()
     n_train, n_test = sizes or dataset_sizes(cfg)  # the prepared data's, where it matches the settings
     batch = cfg.train.batch_size
+    if batch > n_train:  # the train stage refuses it too (training/loader.check_batch): said once, here
+        raise ConfigError(
+            f"train.batch_size={batch} is larger than the train set ({n_train:,} images); lower "
+            "train.batch_size or raise data.train_per_class"
+        )
     spe = n_train // batch
     variants = study_variants(params_file)
     seeds = len(cfg.train.seeds)
@@ -189,9 +196,9 @@ def preflight(
         if name == "autocast_gradscaler" and "autocast" in per_image:
             per_image[name] = per_image["autocast"]  # same kernels; the scaler adds little
             continue
-        # fp32 at the real batch (a few seconds); autocast at a small batch, scaled: on a CPU
-        # without native bfloat16 one real-batch step can take minutes.
-        b = batch if name == "fp32" else min(batch, probe_batch)
+        # fp32 at the real batch up to FP32_PROBE_BATCH (a few seconds); autocast at a small batch,
+        # scaled: on a CPU without native bfloat16 one real-batch step can take minutes.
+        b = min(batch, FP32_PROBE_BATCH) if name == "fp32" else min(batch, probe_batch)
         per_image[name] = measure_step_seconds(cfg, name, b, steps=1) / b
     per_seed = seed_steps(cfg, spe, n_test)
     total = sum(per_seed * seeds * per_image[v.split("-", 1)[1]] * batch for v in variants)

@@ -1,0 +1,72 @@
+"""What a stage writes is refused before its work when it cannot be written, and a failure names
+the output, never the staging folder that is gone by the time the user reads the line (hostile
+pass, 2026-12-06: evaluate ran 44 s, then named `reports/.staging-<pid>/...` with a `sudo chown`
+of that gone path)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import pytest
+
+from ampbench import cli, outputs
+from ampbench.stages import train_lock
+from ampbench.tracking import faults
+
+
+def test_a_folder_in_a_reports_files_place_is_named_as_the_report(tmp_path):
+    root = tmp_path / "reports"
+    (root / "metrics" / "a.json").mkdir(parents=True)  # a folder where the report goes
+    with pytest.raises(OSError) as err, outputs.staged(root) as staging:
+        (staging / "metrics").mkdir()
+        (staging / "metrics" / "a.json").write_text("new a")
+    assert err.value.filename == str(root / "metrics" / "a.json"), err.value
+    line = faults.refused_write(err.value)
+    assert line and line.startswith(f"{root / 'metrics' / 'a.json'}: ") and ".staging" not in line, line
+
+
+def test_unwritable_reports_are_refused_before_the_work(tmp_path, monkeypatch):
+    root = tmp_path / "reports"
+    (root / "metrics").mkdir(parents=True)
+    # root ignores permission bits: stand in for an immutable folder (chattr +i) or another owner's
+    monkeypatch.setattr(outputs, "unreplaceable", lambda folder: (folder / "metrics", "Operation not permitted"))
+    worked = []
+    with pytest.raises(outputs.OutputsError) as err, outputs.staged(root):
+        worked.append(True)
+    assert not worked, "the stage's work ran before the refusal"
+    assert str(err.value).startswith(f"{root / 'metrics'}/ cannot hold the reports (Operation not permitted)")
+
+
+def test_a_file_in_the_reports_folders_place_is_refused_at_once(tmp_path):
+    (tmp_path / "reports").write_text("not a folder")
+    with pytest.raises(outputs.OutputsError, match=r"reports/ cannot hold the reports \(.*is a file\)"):
+        outputs.check_writable(tmp_path / "reports")
+    with pytest.raises(outputs.OutputsError, match=r"cannot hold the bench report"):
+        outputs.check_folder(tmp_path / "reports" / "sub", "bench report")  # bench --out reports/sub/x
+    outputs.check_folder(tmp_path / "fresh" / "sub", "bench report")  # a folder still to make: fine
+    assert not (tmp_path / "fresh").exists(), "the check made folders"
+
+
+def test_a_full_disk_at_the_train_lock_names_the_lock_file(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(train_lock.os, "write", full)
+    with pytest.raises(OSError) as err, train_lock.hold(tmp_path / "work", "single-fp32"):
+        pass
+    line = faults.disk_full(err.value)
+    assert line and str(tmp_path / "work") in line and "a file" not in line, line
+
+
+def test_mlflows_own_traceback_of_a_failed_transaction_is_not_printed(tmp_path, monkeypatch, capsys):
+    """A full disk under evaluate: MLflow's store logged two tracebacks (85 lines) before the
+    error reached the stage's one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("")  # refused: main returns after setting up logging
+    assert cli.main(["compare"]) == 2
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError:
+        logging.getLogger("mlflow.store.db.utils").exception("SQLAlchemy database error")
+    assert "Traceback" not in capsys.readouterr().err
