@@ -83,3 +83,41 @@ def test_mlflow_run_lands_beside_the_study_and_ends_on_its_answer(tmp_path: Path
     assert last[0].startswith(f"single-autocast: {variant.data.tags['speed-up']} · acc "), last
     assert last[1].endswith(f"/runs/{variant.info.run_id}?workflowType=machine_learning"), last
     assert last[2].startswith("Start the UI first") and " ui --backend-store-uri sqlite:" in last[2], last
+
+
+def test_a_killed_mlflow_run_stops_its_stage_and_says_how_to_resume(tmp_path: Path):
+    """Hostile pass: SIGTERM to `mlflow run` (SIGTERM ends a Python process outright) left
+    `ampbench variant` training on as an orphan, without a line, and `mlflow run`'s run RUNNING."""
+    import signal
+    import time
+
+    from conftest import load_pt, wait_for_checkpoint
+
+    proj = tmp_path / "proj"
+    _copy_of_the_project(proj)
+    write_params(proj, train={"epochs": 200, "checkpoint_every_s": 1})
+    archive = image_folder_archive(tmp_path)
+    log = tmp_path / "mlflow-run.log"
+    command = [str(VENV_BIN / "mlflow"), "run", ".", "--env-manager", "local", "-P", f"data_url={archive}"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, cwd=proj, env=venv_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        ckpt = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
+        wait_for_checkpoint(proc, ckpt, log, min_epoch=1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        deadline = time.monotonic() + 30
+        while "To resume" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert "is gone: stopping as on SIGTERM" in text, text[-3000:]
+    assert f"To resume: mlflow run . --env-manager local -P data_url={archive}" in text, text[-3000:]
+    assert "Traceback" not in text
+    assert load_pt(ckpt)["step"] > 0 or load_pt(ckpt)["epoch"] >= 1
+    deadline = time.monotonic() + 20  # the stage ends its runs, `mlflow run`'s own included
+    while any(r.info.status == "RUNNING" for r in runs(proj, "Default") + runs(proj)):
+        assert time.monotonic() < deadline, [(r.info.run_name, r.info.status) for r in runs(proj)]
+        time.sleep(0.5)
+    assert {r.info.status for r in runs(proj, "Default") + runs(proj)} == {"KILLED"}

@@ -30,7 +30,8 @@ def test_unwritable_reports_are_refused_before_the_work(tmp_path, monkeypatch):
     root = tmp_path / "reports"
     (root / "metrics").mkdir(parents=True)
     # root ignores permission bits: stand in for an immutable folder (chattr +i) or another owner's
-    monkeypatch.setattr(outputs, "unreplaceable", lambda folder: (folder / "metrics", "Operation not permitted"))
+    refused = (root / "metrics", "Operation not permitted")
+    monkeypatch.setattr(outputs, "unreplaceable", lambda folder: refused)
     worked = []
     with pytest.raises(outputs.OutputsError) as err, outputs.staged(root):
         worked.append(True)

@@ -123,5 +123,6 @@ def test_the_estimate_refuses_a_batch_larger_than_the_train_set_before_timing_a_
     from ampbench.training import study_cost
 
     cfg = load_config(REPO / "params.yaml", ["train.batch_size=100"])
-    with pytest.raises(ConfigError, match=r"train\.batch_size=100 is larger than the train set \(60 images\)"):
+    larger = r"train\.batch_size=100 is larger than the train set \(60 images\)"
+    with pytest.raises(ConfigError, match=larger):
         study_cost.preflight(cfg, REPO / "params.yaml", force=True, sizes=(60, 20))

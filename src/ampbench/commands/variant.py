@@ -21,6 +21,7 @@ from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice,
 from ampbench.config import Config
 from ampbench.paths import DATA_FILE, REPORTS_DIR
 from ampbench.stages.download import prepared_mismatch
+from ampbench.stages.stop import launcher_command
 from ampbench.variants import variant_name
 
 
@@ -49,6 +50,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     # (an environment variable, so that DDP workers see it too).
     os.environ["AMPBENCH_SCOPE"] = "variant"
     _name_the_entry_run(variant_name(args.parallel, args.precision))
+    if "AMPBENCH_RESUME_COMMAND" not in os.environ and (again := launcher_command()):
+        os.environ["AMPBENCH_RESUME_COMMAND"] = again  # a stop says: run the same `mlflow run`
     base = ["--params", args.params, *sum((["--set", o] for o in cli.all_overrides(args)), [])]
     if not DATA_FILE.exists() or prepared_mismatch(cfg):
         code = cli.main(["download", *base])
@@ -57,6 +60,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         timing.command_starts()
     v = ["--parallel", args.parallel, "--precision", args.precision]
     code = cli.main(["train", *v, *base])
+    if code in (cli.EXIT_STOPPED, cli.EXIT_INTERRUPTED):
+        _end_the_entry_run("KILLED")  # `mlflow run` itself may be gone (what stopped the stage)
     if not code:
         timing.command_starts()  # evaluate's start-up is not the training before it
         code = cli.main(["evaluate", *v, *base])
@@ -103,6 +108,19 @@ def _name_the_entry_run(variant: str) -> None:
     """Under `mlflow run`, name the entry point's run after its variant at once: the train stage
     names it too, but a run that fails before (no data, a bad store) would keep MLflow's random
     name. A store that cannot be reached is left to the stages, which say so in one line."""
+    name = f"{variant} (mlflow run)"
+    _on_the_entry_run(lambda client, run_id: client.set_tag(run_id, "mlflow.runName", name))
+
+
+def _end_the_entry_run(status: str) -> None:
+    """Under `mlflow run`, end its run with ``status``: MLflow ends it when its command exits, but
+    a killed `mlflow run` (what stops the stage) would leave it RUNNING for good."""
+    _on_the_entry_run(lambda client, run_id: client.set_terminated(run_id, status))
+
+
+def _on_the_entry_run(change) -> None:
+    """``change(client, run_id)`` on `mlflow run`'s own run, if any; a store that cannot be
+    reached is left to the stages, which say so in one line."""
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         return
@@ -111,4 +129,4 @@ def _name_the_entry_run(variant: str) -> None:
     from ampbench.tracking import store
 
     with contextlib.suppress(Exception), store.http_limits(5, retries=0):
-        MlflowClient().set_tag(run_id, "mlflow.runName", f"{variant} (mlflow run)")
+        change(MlflowClient(), run_id)

@@ -7,23 +7,27 @@ goes on, as nohup promises).
 
 So is the end of the pipeline tool that started the stage (``dvc repro`` or ``make run``'s
 ``python -m ampbench.dvc_run``, killed with kill -9): its stage would otherwise train on as an
-orphan that a re-run finds holding the variant. Only a pipeline tool is watched, known by the
-variable DVC sets for every stage command (DVC_STAGE, dvc/stage/run.py): a stage a user started
-from a shell, ``nohup ampbench train ... &`` included, outlives that shell as it always did.
+orphan that a re-run finds holding the variant; so is ``mlflow run`` (SIGTERM, or kill -9). Only
+a pipeline tool is watched, known by the variable it sets for every stage command (DVC's
+DVC_STAGE, dvc/stage/run.py; MLflow's MLFLOW_RUN_ID): a stage a user started from a shell,
+``nohup ampbench train ... &`` included, outlives that shell as it always did.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import time
+from pathlib import Path
 
 from ampbench.processes import is_ancestor, setter_of, watch_process
 
 log = logging.getLogger(__name__)
 
 PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
+MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"  # `mlflow run` sets it for its entry point's command
 
 
 class StopFlag:
@@ -86,9 +90,25 @@ def watch_launcher(on_gone) -> int | None:
 
 
 def pipeline_launcher() -> int | None:
-    """The pid of the DVC process that started this stage; None outside a DVC stage or without /proc.
+    """The pid of the DVC (or ``mlflow run``) process that started this stage; None outside a DVC
+    stage or an MLflow project run, or without /proc.
 
     DVC runs a stage's command as ``$SHELL -c CMD``; a shell that does not exec the command stays
     in between, so the launcher is the nearest ancestor whose environment lacks this stage's
-    DVC_STAGE (a DVC nested in another stage has the outer stage's name)."""
-    return setter_of(PIPELINE_STAGE_ENV)
+    DVC_STAGE (a DVC nested in another stage has the outer stage's name). ``mlflow run`` runs the
+    entry point's command the same way, with MLFLOW_RUN_ID set: killed (SIGTERM kills a Python
+    process outright), it left `ampbench variant` training on as an orphan."""
+    return setter_of(PIPELINE_STAGE_ENV) or setter_of(MLFLOW_RUN_ENV)
+
+
+def launcher_command() -> str | None:
+    """The ``mlflow run ...`` command line that started this process (what resumes it), else None."""
+    pid = setter_of(MLFLOW_RUN_ENV)
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except (OSError, TypeError):
+        return None
+    for i, arg in enumerate(argv[:2]):  # `mlflow ...`, or `python .../bin/mlflow ...`
+        if Path(arg).name == "mlflow":
+            return shlex.join(["mlflow", *argv[i + 1 :]])
+    return None

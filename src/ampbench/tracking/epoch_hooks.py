@@ -37,8 +37,10 @@ class EpochHooks:
         pending: list | None = None,
         background: bool = True,
         send_every_s: float = SEND_EVERY_S,
+        held: set[int] | None = None,
     ) -> None:
         self.tracker, self.run_id, self.send_every_s = tracker, run_id, send_every_s
+        self.held = set(held or ())  # epochs the run holds already (a resumed run's: not sent again)
         self._last_send = time.monotonic()
         self.pending: list = list(pending or [])
         self._lock = threading.Lock()  # guards `pending` between the loop and the sender
@@ -53,6 +55,8 @@ class EpochHooks:
             self._sender.start()
 
     def on_epoch(self, epoch: int, metrics: dict) -> None:
+        if epoch in self.held:  # trained again after a kill -9: the run has its first values
+            return
         with self._lock:
             self.pending.append([epoch, dict(metrics)])
         if self._sender is None:

@@ -199,6 +199,10 @@ class Tracker:
         """The comparison's answer where the printed link shows it (``tracking.view``)."""
         view.publish(self, rows, compare_run_id, notice)
 
+    def logged_steps(self, run_id: str, key: str) -> set[int]:
+        """The steps at which the run holds metric ``key`` (a flat key, as ``log_metrics`` takes)."""
+        return {m.step for m in self.client.get_metric_history(run_id, metric_name(key))}
+
     def resume(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")
 

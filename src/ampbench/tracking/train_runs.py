@@ -32,6 +32,8 @@ from ampbench.training import loop
 
 log = logging.getLogger(__name__)
 
+EPOCH_KEY = "epoch_seconds"  # in every epoch's metrics (training/step.py)
+
 
 def log_breakdown(stage: Stage, clock: StageClock, results: list[SeedResult]) -> None:
     """The stage's seconds by part, on the variant run (time/*) and in the log."""
@@ -151,7 +153,22 @@ def open_seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra:
     if resume:
         stage.tracker.resume(run_id)
     log.debug("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
-    return run_id, EpochHooks(stage.tracker, run_id, resume.hooks if resume else None)
+    held = held_epochs(stage.tracker, run_id) if resume else set()
+    pending = [p for p in resume.hooks or [] if p[0] not in held] if resume else None
+    return run_id, EpochHooks(stage.tracker, run_id, pending, held=held)
+
+
+def held_epochs(tracker, run_id: str) -> set[int]:
+    """The epochs whose metrics the run already holds. A checkpoint keeps what the store had not
+    taken when it was written; what was sent after it (a stop's last send, the sends before a
+    kill -9, an epoch trained again after one) would otherwise be logged twice by the resumed
+    run (the hostile pass saw an epoch four times after four stops). Every epoch's metrics go in
+    one batch, so one key that every epoch has tells. A store that cannot answer: none (as before)."""
+    try:
+        return tracker.logged_steps(run_id, EPOCH_KEY)
+    except Exception as err:  # noqa: BLE001 - the sends that follow say what is wrong with the store
+        log.debug("could not read run %s's logged epochs (%s): sending every epoch", run_id, err)
+        return set()
 
 
 def end_seed_run(stage: Stage, run_id: str, hooks: EpochHooks, status: str) -> None:
@@ -168,7 +185,9 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     tracker, run_id, result = stage.tracker, saved.run_id, saved.result
     if tracker.status(run_id) == "FINISHED":
         return
-    hooks = EpochHooks(tracker, run_id, saved.pending_metrics, background=False)
+    held = held_epochs(tracker, run_id) if saved.pending_metrics else set()
+    pending = [p for p in saved.pending_metrics or [] if p[0] not in held]
+    hooks = EpochHooks(tracker, run_id, pending, background=False)
     try:
         hooks.flush()
         tracker.log_params(run_id, result.params())
