@@ -52,12 +52,12 @@ STOPPABLE = trap 'signalled=1' INT; trap 'signalled=1; kill -TERM $$job 2>/dev/n
 	while kill -0 $$job 2>/dev/null; do wait $$job; status=$$?; done; \
 	if [ -n "$$signalled" ] && [ $$status -eq 130 -o $$status -eq 143 ]; then exit 0; fi; exit $$status
 
-# First what the pipeline command would refuse (a faulty params.yaml, a pipeline already running
-# in this project: src/ampbench/dvc_guard.py), at once and once; then the estimate, which never
+# First what the pipeline command would refuse (a faulty params.yaml, a DATA naming no file, a
+# pipeline already running in this project: src/ampbench/dvc_guard.py), at once and once; then the estimate, which never
 # holds the study up, but a setting it refuses (exit 2: a model too large for this machine) stops
 # here.
 run: install
-	@$(abspath $(PY)) -m ampbench.dvc_guard
+	@$(abspath $(PY)) -m ampbench.dvc_guard $(if $(DATA),$(call q,$(DATA_URL)))
 	@echo ampbench estimate; ampbench estimate $(if $(DATA),--set $(call q,data.url=$(DATA_URL))) || [ $$? -ne 2 ]
 ifdef DATA
 	@echo dvc exp run -S $(call q,$(call q,data.url=$(DATA_URL)))

@@ -75,11 +75,28 @@ def quoted_overrides(argv: list[str]) -> list[str]:
     return out
 
 
-def main() -> int:
-    """`python -m ampbench.dvc_guard`: `make run`'s first step, before its estimate times steps
-    (seconds), and dvc_run's before DVC: a params fault (exit 2) or a busy project (exit 1) in
-    one line, at once; 0 when neither."""
-    for fault, status in ((params_fault(), EXIT_USAGE), (busy_fault(), 1)):
+def data_fault(data_url: str) -> str:
+    """`make run DATA=<path>` naming no file or folder, in one line ("" if it names one, or a URL):
+    DVC's ``exp run -S data.url=...`` would first write it into params.yaml, where a later plain
+    `make run` would find it."""
+    if not data_url or ("://" in data_url and not data_url.startswith("file://")):
+        return ""  # a URL: the download stage says what is wrong with it
+    path = Path(data_url.removeprefix("file://")).expanduser()
+    if os.path.lexists(path):
+        return ""
+    shown = data_url if len(data_url) <= 500 else cut(data_url)  # a path is worth reading whole
+    return (
+        f"DATA={shown}: no such file or folder; point DATA at the CIFAR-10 archive or its "
+        "extracted folder (make run DATA=/path/to/cifar10.tar.gz), or leave DATA out to download it"
+    )
+
+
+def main(data_url: str = "") -> int:
+    """`python -m ampbench.dvc_guard [DATA]`: `make run`'s first step, before its estimate times
+    steps (seconds), and dvc_run's before DVC: a params fault or a DATA naming nothing (exit 2),
+    or a busy project (exit 1), in one line, at once; 0 when none."""
+    faults = ((params_fault(), EXIT_USAGE), (data_fault(data_url), EXIT_USAGE), (busy_fault(), 1))
+    for fault, status in faults:
         if fault:
             print(fault, file=sys.stderr, flush=True)
             return status
@@ -87,4 +104,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:2]))

@@ -35,3 +35,11 @@ def test_a_folder_and_a_file_still_pass(tmp_path):
     (tmp_path / "archive.tar.gz").write_bytes(b"x")
     assert fetch.fetch(str(tmp_path), tmp_path / "cache") == Path(tmp_path)
     assert fetch.fetch(str(tmp_path / "archive.tar.gz"), tmp_path / "cache").name == "archive.tar.gz"
+
+
+@pytest.mark.parametrize("source", ["ftp://example.org/cifar.tar.gz", "s3://bucket/cifar.tar.gz"])
+def test_an_unsupported_url_scheme_is_named(tmp_path, source):
+    """Hostile pass: `ftp://x/y` was read as a local path and reported as "does not exist"."""
+    scheme = source.split("://")[0]
+    with pytest.raises(fetch.DataError, match=rf"{scheme}:// is not supported \(http, https, file"):
+        fetch.fetch(source, tmp_path)

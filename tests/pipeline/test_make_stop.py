@@ -150,3 +150,20 @@ def test_make_run_in_a_busy_project_is_refused_before_the_estimate(tmp_path: Pat
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and f"this project is busy: pid {running.pid} (dvc repro)" in out, out
     assert "ampbench estimate" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+def test_make_run_with_data_naming_nothing_is_refused_before_params_change(tmp_path: Path):
+    """Hostile re-run: `make run DATA=/nonexistent/c.tar.gz` timed the estimate first, then failed,
+    leaving params.yaml holding that url for the next plain `make run`."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _make_project(proj)
+    before = (proj / "params.yaml").read_text()
+    missing = tmp_path / "no such" / "c.tar.gz"
+    make = ["make", "run", f"DATA={missing}"]
+    proc = subprocess.run(make, cwd=proj, env=venv_env(), capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"DATA={missing}: no such file or folder; point DATA at" in out, out
+    assert "ampbench estimate" not in out and "Traceback" not in out, out
+    assert (proj / "params.yaml").read_text() == before

@@ -274,3 +274,37 @@ def test_compare_refuses_metrics_of_a_model_since_trained_again(project, monkeyp
     records["single-autocast"]["seeds"][1]["run_id"] = "retrained"
     assert compare.replaced_since(records, project / "models") == ""
     assert compare.replaced_since(records, project / "elsewhere") == ""  # no models here: the files speak
+
+
+def test_compare_refuses_metrics_whose_runs_the_store_does_not_hold(project, monkeypatch):
+    """Hostile pass: with mlflow.db deleted after evaluate, compare wrote its reports, then said
+    "failed (MlflowException: Run with id=... not found); check the store"."""
+    from ampbench.stages.compare import runs_not_in
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    tracker = Tracker("cifar10-amp")
+    held = tracker.start("single-fp32", {"ampbench.kind": "variant"})
+    records = {"single-fp32": {"seeds": [{"seed": 0, "variant_run_id": held}]}}
+    assert runs_not_in(tracker, records) == ""
+    records["single-autocast"] = {"seeds": [{"seed": 0, "variant_run_id": "0" * 32}]}
+    line = runs_not_in(tracker, records)
+    named = f"reports/metrics/single-autocast.json names MLflow run {'0' * 32}, which store"
+    assert line.startswith(named), line
+    assert "MLFLOW_TRACKING_URI" in line and "\n" not in line
+
+
+def test_the_printed_answer_of_a_mixed_comparison_is_labelled_and_not_called_a_demo():
+    """Hostile pass: with --allow-mixed only comparison.md said so; the printed Answer line did
+    not, and the mixed label made compare call the study "A demo on a subset"."""
+    from ampbench.stages.compare import ending
+
+    rows = [
+        {"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+        {"variant": "single-autocast", "speedup": 3.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+    ]
+    mixed_lines = ending(rows, subset=False, mixed=True)
+    assert mixed_lines[0].startswith("Answer (MIXED SETTINGS, --allow-mixed: not one study): the fastest")
+    assert not any("demo" in line for line in mixed_lines), mixed_lines
+    assert ending(rows, subset=False)[0].startswith("Answer: the fastest, single-autocast")

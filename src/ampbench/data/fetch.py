@@ -125,6 +125,11 @@ def fetch(
             f"data source {_shown(source)} cannot be read ({err.strerror}); fix data.url"
         ) from None
     if not exists:
+        if "://" in source and parsed.scheme not in ("", "file"):  # ftp://, s3://: not a path either
+            raise DataError(
+                f"data source {_shown(source)}: {parsed.scheme}:// is not supported (http, https, file "
+                "or a local path); download it yourself and point data.url at the file"
+            )
         raise DataError(f"data source {_shown(source)} does not exist; fix data.url")
     if not (is_file or is_dir):  # /dev/zero, a FIFO, a socket: no end, or no archive
         raise DataError(

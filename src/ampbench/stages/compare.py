@@ -56,9 +56,12 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if stale := replaced_since(records, MODELS_DIR):  # scores of models no longer there
         raise StaleMetricsError(stale)
     label = mixed.check(records, args.allow_mixed)  # one study, one configuration
-    notice = "\n\n".join(n for n in (compare.subset_notice(cfg), label) if n)
+    subset = compare.subset_notice(cfg)
+    notice = "\n\n".join(n for n in (subset, label) if n)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
+    if gone := runs_not_in(tracker, records):  # a store replaced or deleted since evaluate
+        raise StaleMetricsError(gone)
     with outputs.staged(REPORTS_DIR, whole=(answer.ANSWER_DIR, answer.VIEWS_DIR)) as staging:
         rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
         answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
@@ -66,16 +69,17 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         "%s", (REPORTS_DIR / "comparison.md").read_text(encoding="utf-8")
     )  # the terminal gets the answer only
     compare_runs.log_comparison(tracker, rows, variants, [REPORTS_DIR / name for name in OUTPUTS], notice)
-    print("\n".join(ending(rows, bool(notice))), flush=True)
+    print("\n".join(ending(rows, bool(subset), mixed=bool(label))), flush=True)
     print(f"Browse the runs: {tracker.link()}")
     if command := store.ui_command(tracker.uri):
         print(f"Start the UI first (it serves that address): {command}")
     return 0
 
 
-def ending(rows: list[dict], subset: bool) -> list[str]:
+def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
     """The command's last words before the link: the answer in a line or two, and where the files
-    are, from the folder the user typed the command in (DVC_ROOT: demo/'s parent for `make demo`)."""
+    are, from the folder the user typed the command in (DVC_ROOT: demo/'s parent for `make demo`).
+    ``mixed`` (--allow-mixed over variants trained differently) labels the answer as the table is."""
     from ampbench.report.compare import BASELINE
 
     ranked = [r for r in rows if r["speedup"] == r["speedup"]]  # NaN: no baseline to compare with
@@ -88,6 +92,8 @@ def ending(rows: list[dict], subset: bool) -> list[str]:
             f"{BASELINE}; test accuracy {100 * best['test_accuracy_mean']:.2f}% "
             f"({100 * best['accuracy_delta']:+.2f} points{tested.get(best.get('significant', ''), '')})."
         )
+    if mixed:
+        lines[0] = lines[0].replace("Answer:", "Answer (MIXED SETTINGS, --allow-mixed: not one study):", 1)
     if subset:
         lines.append(
             "A demo on a subset: it shows the pipeline end to end, not what AMP buys (the study: make run)."
@@ -119,6 +125,23 @@ def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
                     f"reports/metrics/{variant}.json scores a model since replaced ({path} is now run "
                     f"{now}, the metrics are of run {row['run_id']}): run `ampbench evaluate` first "
                     "(`dvc repro` runs both)"
+                )
+    return ""
+
+
+def runs_not_in(tracker, records: dict[str, dict]) -> str:
+    """'' when the store holds every variant run the metrics files name; else one line naming the
+    first it does not hold (hostile pass: a deleted mlflow.db gave "failed (MlflowException: Run
+    with id=... not found); check the store" after the reports were written)."""
+    for variant, record in records.items():
+        for run_id in sorted(
+            {s["variant_run_id"] for s in record.get("seeds", []) if s.get("variant_run_id")}
+        ):
+            if tracker.status(run_id) is None:
+                return (
+                    f"reports/metrics/{variant}.json names MLflow run {run_id}, which store {tracker.uri} "
+                    "does not hold (a new or replaced store?): point MLFLOW_TRACKING_URI at the store that "
+                    "holds the runs (unset it for the repo's mlflow.db), or train and evaluate again"
                 )
     return ""
 
