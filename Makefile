@@ -39,18 +39,19 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # server (src/ampbench/warm/: stages fork from it instead of importing torch and MLflow again;
 # AMPBENCH_WARM=0 runs them plain): the same command without DVC's
 # "No file hash info found" warnings (dvc exp run's check-out of outputs not made yet) and with
-# a stop (Ctrl-C, SIGTERM) told as one line: the train stage says what it saved, where, and the
-# command below that resumes. The recipe traps the signal so that it can finish; make, which got
-# it too, then exits by it (130, 143) without a line of its own. A SIGTERM to make alone (`kill`
+# a stop (Ctrl-C, SIGTERM, SIGHUP: a closed terminal) told as one line: the train stage says what
+# it saved, where, and the command below that resumes. The recipe traps the signal so that it can
+# finish; make, which got it too, then exits by it (129, 130, 143) without a line of its own. A SIGTERM to make alone (`kill`
 # of its pid, `timeout make run`) reaches only the recipe's shell, which cannot pass it on while it
 # waits for a command in the foreground: so the command runs in the background (stdin kept as fd
 # 3; AMPBENCH_MAKE_JOB tells it that Ctrl-C is still its own) and the shell passes SIGTERM on.
 RESUME = make $@$(if $(DATA), DATA=$(call q,$(DATA)))
-STOPPABLE = trap 'signalled=1' INT; trap 'signalled=1; kill -TERM $$job 2>/dev/null' TERM; \
+STOPPABLE = trap 'signalled=1' INT HUP; trap 'signalled=1; kill -TERM $$job 2>/dev/null' TERM; \
 	export AMPBENCH_RESUME_COMMAND=$(call q,$(RESUME)) AMPBENCH_MAKE_JOB=1; exec 3<&0; \
 	$(abspath $(PY)) -m ampbench.dvc_run $(1) <&3 3<&- & job=$$!; wait $$job; status=$$?; \
 	while kill -0 $$job 2>/dev/null; do wait $$job; status=$$?; done; \
-	if [ -n "$$signalled" ] && [ $$status -eq 130 -o $$status -eq 143 ]; then exit 0; fi; exit $$status
+	if [ -n "$$signalled" ] && [ $$status -eq 129 -o $$status -eq 130 -o $$status -eq 143 ]; then exit 0; fi; \
+	exit $$status
 
 # First what the pipeline command would refuse (a faulty params.yaml, a DATA naming no file, a
 # pipeline already running in this project: src/ampbench/dvc_guard.py), at once and once; then the estimate, which never

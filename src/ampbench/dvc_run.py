@@ -12,10 +12,10 @@
    130" and exit 255. Here DVC's error becomes one line (only where the stage printed none: a
    train stage that saved prints its own) and the exit status the conventional 128 + signal.
 
-SIGTERM to this process while a stage runs is passed on to the stage (which may have got it
-too: one stop) and waits for it to save, as DVC does for SIGINT; outside a stage it interrupts DVC
-as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND``
-(set by the Makefile) is the command the stop line names; default: this dvc command.
+SIGTERM (or SIGHUP, unless nohup ignored it) to this process while a stage runs is passed on to
+the stage (which may have got it too: one stop) and waits for it to save, as DVC does for
+SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND`` (set by
+the Makefile) is the command the stop line names; default: this dvc command.
 
 3. DVC's bookkeeping is not the user's business: the command line of each stage ("> ampbench
    ..."), the blank line after it, "Updating lock file", the git tips ("To track the changes with
@@ -130,13 +130,14 @@ class Quiet(logging.Filter):
         sys.__unraisablehook__(unraisable)
 
     def on_sigterm(self, signum, frame) -> None:
-        if self.signum == signal.SIGTERM:  # the same stop again (a whole job's, then make's forward)
+        """SIGTERM, and SIGHUP (the terminal or SSH session of `make run` closed): a stop."""
+        if self.signum == signum:  # the same stop again (a whole job's, then make's forward)
             return
-        self.signum = signal.SIGTERM
+        self.signum = signum
         # A SIGTERM to this process alone (make's, forwarded by its recipe; a kill of this pid)
         # reaches no stage: pass it on. A stage that got it from its job too within a second
         # takes both as one stop (stages/stop.py).
-        signal_own_stages(signal.SIGTERM)
+        signal_own_stages(signum)
         # DVC ignores SIGINT exactly while a stage's command runs: then the stage stops and saves,
         # and its exit status ends the run. Otherwise stop DVC now.
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                 handler.addFilter(quiet)
         _quiet_ui()
         signal.signal(signal.SIGTERM, quiet.on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's is kept
+            signal.signal(signal.SIGHUP, quiet.on_sigterm)  # else this died at once, and make said so
         _stop_when_make_is_gone()
         with scope.serving():
             status = dvc_main(dvc_guard.quoted_overrides(argv))

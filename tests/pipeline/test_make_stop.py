@@ -113,6 +113,27 @@ def test_sigterm_to_make_alone_stops_the_stage_with_a_checkpoint(tmp_path: Path,
 
 
 @pytest.mark.slow
+def test_a_hang_up_of_make_runs_group_stops_the_stage_without_a_make_error(tmp_path: Path, procs):
+    """SIGHUP to the whole group (the terminal or SSH session of `make run` closed). Hostile
+    re-run: the recipe's shell died of it at once and make said "make: *** wait: No child
+    processes.  Stop." beside the stage's stop line."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
+    _make_project(proj)
+    proc = procs.start(proj, cmd=["make", "run", f"DATA={archive}"], env=venv_env(), name="hup")
+    checkpoint = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
+    wait_for_checkpoint(proc, checkpoint, proj / "hup.log")
+    os.killpg(proc.pid, signal.SIGHUP)
+    assert proc.wait(120) == -signal.SIGHUP
+    out = (proj / "hup.log").read_text()
+    saved = r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\."
+    assert re.search(saved, out), out
+    for noise in ("ERROR", "make: ***", "Traceback"):
+        assert noise not in out, out
+
+
+@pytest.mark.slow
 def test_make_run_says_a_params_fault_once(tmp_path: Path):
     """A params.yaml that the estimate refuses stops `make run` there: one line, not the same line
     again from the pipeline command, and no training."""
