@@ -90,47 +90,41 @@ def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: P
     assert json.loads((proj / "reports" / "answer" / "single-fp32.json").read_text())["Speedup"] == 1.0
 
 
+def _stopped_make_run(tmp_path: Path, procs, stop) -> str:
+    """`make run DATA=...` stopped by ``stop(make's pid)`` once its train stage has a checkpoint;
+    what it printed. It saved, said so, and neither DVC nor make added a line."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
+    _make_project(proj)
+    proc = procs.start(proj, cmd=["make", "run", f"DATA={archive}"], env=venv_env(), name="stopped")
+    wait_for_checkpoint(
+        proc, proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt", proj / "stopped.log"
+    )
+    signum = stop(proc.pid)
+    assert proc.wait(120) == -signum  # make ends by the signal
+    out = (proj / "stopped.log").read_text()
+    saved = r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\."
+    assert re.search(saved, out), out
+    for noise in ("ERROR", "make: ***", "Traceback"):
+        assert noise not in out, out
+    return out
+
+
 @pytest.mark.slow
 def test_sigterm_to_make_alone_stops_the_stage_with_a_checkpoint(tmp_path: Path, procs):
     """`kill <make's pid>` or `timeout 3h make run`: make passes SIGTERM to its recipe's shell
     only. The shell passes it on, the stage saves and says how to resume, and make ends by the
     signal at once (it used to wait for the whole training)."""
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
-    _make_project(proj)
-    proc = procs.start(proj, cmd=["make", "run", f"DATA={archive}"], env=venv_env(), name="term")
-    checkpoint = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
-    wait_for_checkpoint(proc, checkpoint, proj / "term.log")
-    os.kill(proc.pid, signal.SIGTERM)  # make's pid alone, not its process group
-    assert proc.wait(120) == -signal.SIGTERM
-    out = (proj / "term.log").read_text()
-    assert re.search(r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\.", out), (
-        out
-    )
-    for noise in ("ERROR", "make: ***", "Traceback"):
-        assert noise not in out, out
+    _stopped_make_run(tmp_path, procs, lambda pid: os.kill(pid, signal.SIGTERM) or signal.SIGTERM)
 
 
 @pytest.mark.slow
 def test_a_hang_up_of_make_runs_group_stops_the_stage_without_a_make_error(tmp_path: Path, procs):
     """SIGHUP to the whole group (the terminal or SSH session of `make run` closed). Hostile
     re-run: the recipe's shell died of it at once and make said "make: *** wait: No child
-    processes.  Stop." beside the stage's stop line."""
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
-    _make_project(proj)
-    proc = procs.start(proj, cmd=["make", "run", f"DATA={archive}"], env=venv_env(), name="hup")
-    checkpoint = proj / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
-    wait_for_checkpoint(proc, checkpoint, proj / "hup.log")
-    os.killpg(proc.pid, signal.SIGHUP)
-    assert proc.wait(120) == -signal.SIGHUP
-    out = (proj / "hup.log").read_text()
-    saved = r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\."
-    assert re.search(saved, out), out
-    for noise in ("ERROR", "make: ***", "Traceback"):
-        assert noise not in out, out
+    processes.  Stop." (or "... Hangup") beside the stage's stop line."""
+    _stopped_make_run(tmp_path, procs, lambda pid: os.killpg(pid, signal.SIGHUP) or signal.SIGHUP)
 
 
 @pytest.mark.slow
