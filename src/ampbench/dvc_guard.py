@@ -76,19 +76,29 @@ def quoted_overrides(argv: list[str]) -> list[str]:
 
 
 def data_fault(data_url: str) -> str:
-    """`make run DATA=<path>` naming no file or folder, in one line ("" if it names one, or a URL):
+    """`make run DATA=<path>` naming no file or folder (or a URL of a scheme the download stage
+    cannot fetch), in one line ("" if it names one, or an http(s) URL):
     DVC's ``exp run -S data.url=...`` would first write it into params.yaml, where a later plain
     `make run` would find it."""
-    if not data_url or ("://" in data_url and not data_url.startswith("file://")):
-        return ""  # a URL: the download stage says what is wrong with it
-    path = Path(data_url.removeprefix("file://")).expanduser()
-    if os.path.lexists(path):
-        return ""
     shown = data_url if len(data_url) <= 500 else cut(data_url)  # a path is worth reading whole
-    return (
-        f"DATA={shown}: no such file or folder; point DATA at the CIFAR-10 archive or its "
-        "extracted folder (make run DATA=/path/to/cifar10.tar.gz), or leave DATA out to download it"
+    fix = (
+        "point DATA at the CIFAR-10 archive or its extracted folder (make run "
+        "DATA=/path/to/cifar10.tar.gz), or leave DATA out to download it"
     )
+    scheme = data_url.split("://", 1)[0].lower() if "://" in data_url else ""
+    if scheme in ("http", "https") or not data_url:
+        return ""  # the download stage says what is wrong with a URL, within its deadline
+    if scheme not in ("", "file"):  # as the download stage refuses it (data/fetch.py)
+        return f"DATA={shown}: {scheme}:// is not supported (http, https, file or a local path); {fix}"
+    path = Path(data_url.removeprefix("file://")).expanduser()
+    try:
+        if not path.exists():
+            return f"DATA={shown}: no such file or folder; {fix}"
+        if not (path.is_file() or path.is_dir()):
+            return f"DATA={shown}: is neither a file nor a folder (a device, FIFO or socket); {fix}"
+    except OSError as err:  # a name too long, a loop of links
+        return f"DATA={shown}: cannot be read ({err.strerror}); {fix}"
+    return ""
 
 
 def main(data_url: str = "") -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from ampbench.paths import cannot_hold, unreplaceable, unwritable
 
 PREFIX = ".staging-"
+REPORT_SUFFIXES = (".json", ".md", ".csv", ".png", ".tsv", ".txt")
 
 
 class OutputsError(ValueError):
@@ -40,6 +41,19 @@ def check_writable(root: Path) -> None:
         refused = (root, reason)
     if refused:
         raise OutputsError(cannot_hold(refused[0], "reports", refused[1]))
+    if root.is_dir() and (folder := next(_folders_named_as_files(root), None)):
+        raise OutputsError(
+            f"{folder} is a folder where a report file goes: remove it (`rm -r {folder}`), then re-run"
+        )
+
+
+def _folders_named_as_files(root: Path) -> Iterator[Path]:
+    """Folders under root named as the report files are (a.json, comparison.md): a report's
+    folders never carry a suffix, so each is in a file's place (and its move in would fail)."""
+    for here, folders, _ in os.walk(root):
+        for name in folders:
+            if Path(name).suffix in REPORT_SUFFIXES and not name.startswith("."):
+                yield Path(here) / name
 
 
 def check_folder(folder: Path, holds: str) -> None:

@@ -15,15 +15,31 @@ from ampbench.stages import train_lock
 from ampbench.tracking import faults
 
 
-def test_a_folder_in_a_reports_files_place_is_named_as_the_report(tmp_path):
+def test_a_folder_in_a_reports_files_place_is_refused_before_the_work(tmp_path):
     root = tmp_path / "reports"
     (root / "metrics" / "a.json").mkdir(parents=True)  # a folder where the report goes
+    worked = []
+    with pytest.raises(outputs.OutputsError) as err, outputs.staged(root):
+        worked.append(True)
+    assert not worked, "the stage's work ran before the refusal"
+    assert str(err.value) == (
+        f"{root / 'metrics' / 'a.json'} is a folder where a report file goes: remove it "
+        f"(`rm -r {root / 'metrics' / 'a.json'}`), then re-run"
+    )
+
+
+def test_a_move_that_fails_names_the_report_not_the_staging_folder(tmp_path):
+    root = tmp_path / "reports"
+    (root / "metrics" / "a").mkdir(parents=True)  # in the file's place, unsuffixed: found at the move
     with pytest.raises(OSError) as err, outputs.staged(root) as staging:
         (staging / "metrics").mkdir()
-        (staging / "metrics" / "a.json").write_text("new a")
-    assert err.value.filename == str(root / "metrics" / "a.json"), err.value
+        (staging / "metrics" / "a").write_text("new a")
+    assert err.value.filename == str(root / "metrics" / "a"), err.value
     line = faults.refused_write(err.value)
-    assert line and line.startswith(f"{root / 'metrics' / 'a.json'}: ") and ".staging" not in line, line
+    assert (
+        line
+        == f"{root / 'metrics' / 'a'}: is a folder where a file goes: move it aside or remove it, then re-run"
+    )
 
 
 def test_unwritable_reports_are_refused_before_the_work(tmp_path, monkeypatch):

@@ -117,4 +117,9 @@ def test_a_refused_write_no_check_caught_is_one_line(project, monkeypatch, caplo
     assert cli.main(["compare"]) == cli.EXIT_ERROR  # returned: no traceback
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "\n" not in errors[0], errors
-    assert errors[0].startswith(f"{path}: {os.strerror(code)}: make it writable by this user"), errors
+    if code == errno.EISDIR:  # a folder in a file's place: neither ownership nor permissions
+        assert errors[0] == f"{path}: is a folder where a file goes: move it aside or remove it, then re-run"
+    elif code == errno.ENOTDIR:
+        assert errors[0].startswith(f"{path}: Not a directory (a file stands where a folder"), errors
+    else:
+        assert errors[0].startswith(f"{path}: {os.strerror(code)}: make it writable by this user"), errors

@@ -126,3 +126,39 @@ def test_the_estimate_refuses_a_batch_larger_than_the_train_set_before_timing_a_
     larger = r"train\.batch_size=100 is larger than the train set \(60 images\)"
     with pytest.raises(ConfigError, match=larger):
         study_cost.preflight(cfg, REPO / "params.yaml", force=True, sizes=(60, 20))
+
+
+def test_a_containers_memory_limit_is_what_is_free(monkeypatch, tmp_path):
+    """MemAvailable counts the host's memory; a container's cgroup limit is what its processes get."""
+    monkeypatch.setattr(memory_check, "CGROUP", tmp_path)
+    assert memory_check.cgroup_free() is None  # no cgroup files: no limit
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert memory_check.cgroup_free() is None
+    (tmp_path / "memory.max").write_text(f"{4 * 2**30}\n")
+    (tmp_path / "memory.current").write_text(f"{2**30}\n")
+    assert memory_check.cgroup_free() == 3 * 2**30
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemAvailable:   {64 * 2**20} kB\n")  # 64 GiB on the host
+    monkeypatch.setattr(memory_check, "MEMINFO", meminfo)
+    assert memory_check.available_bytes(torch.device("cpu"), processes=3) == 2**30
+    with pytest.raises(ConfigError, match=r"this container's memory limit \(cgroup\) leaves 3\.0 GiB free"):
+        memory_check.check_fits(_cfg(8000), torch.device("cpu"), 10)
+
+
+def test_an_address_space_limit_refuses_in_one_line_before_any_allocation(tmp_path):
+    """Hostile re-run: under `ulimit -v 4000000` a model the host could hold passed the check,
+    then failed in the allocator with a 52-line traceback, its runs left FAILED."""
+    check = (
+        "import resource, torch;"
+        "resource.setrlimit(resource.RLIMIT_AS, (4_000_000 * 1024, resource.RLIM_INFINITY));"
+        "from ampbench.config import load_config;"
+        "from ampbench.training import memory_check;"
+        f"cfg = load_config({str(REPO / 'params.yaml')!r}, ['model.fc_dim=20000']);"
+        "memory_check.check_fits(cfg, torch.device('cpu'), 10)"
+    )
+    proc = subprocess.run([sys.executable, "-c", check], env=clean_env(), capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "ConfigError: model.fc_dim 20000 and train.batch_size 512 need about 12.9 GiB more memory" in last
+    assert "address-space limit (ulimit -v) leaves" in last and "MemoryError" not in proc.stderr

@@ -274,11 +274,17 @@ REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR)
 def refused_write(err: BaseException) -> str | None:
     """One line for an OSError of ``REFUSALS`` anywhere in err's chain (naming its path), or None."""
     for e in _chain(err):
+        if isinstance(e, OSError) and e.errno in (errno.EISDIR, errno.ENOTDIR) and e.filename:
+            if e.errno == errno.EISDIR:
+                return f"{e.filename}: is a folder where a file goes: move it aside or remove it, then re-run"
+            return (
+                f"{e.filename}: {os.strerror(e.errno)} (a file stands where a folder of this path goes): "
+                "move that file aside or remove it, then re-run"
+            )
         if isinstance(e, OSError) and e.errno in REFUSALS:
             path = e.filename or "a file"
             return (
                 f"{path}: {os.strerror(e.errno)}: make it writable by this user (`sudo chown -R "
-                f"{_user(os.geteuid())} {path}` if a `sudo` run left it), or remove what is in a "
-                "folder's place, then re-run the same command"
+                f"{_user(os.geteuid())} {path}` if a `sudo` run left it), then re-run the same command"
             )
     return None

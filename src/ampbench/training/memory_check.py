@@ -38,6 +38,11 @@ from ampbench.config import Config, ConfigError
 from ampbench.config.rules import alexnet_parameters
 
 MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+CGROUP_FILES = (
+    ("memory.max", "memory.current"),
+    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+)
 BYTES_PER_PARAMETER = 32  # measured: 19.7 single, 23.6-26 ddp (module docstring)
 PROCESS_BYTES = 2**30  # measured: 0.87 GB a process at any model size
 # Measured (2-core CPU, 2026-12-06, fp32 step of the study's AlexNet on 32x32 images, peak resident
@@ -58,13 +63,43 @@ def available_bytes(device: torch.device, processes: int = 1) -> int | None:
     MemAvailable split over `processes` (DDP workers sharing the host); None where unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
+    free = [b for b in (_meminfo("MemAvailable"), cgroup_free()) if b is not None]
+    return min(free) // max(1, processes) if free else None
+
+
+def _meminfo(key: str, path: Path | None = None) -> int | None:
+    """A `key:  N kB` line of /proc/meminfo (or /proc/self/status) in bytes, or None."""
     try:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 // max(1, processes)
+        for line in (path or MEMINFO).read_text(encoding="utf-8").splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def cgroup_free() -> int | None:
+    """What this process's memory cgroup (a container's limit: cgroup v2, else v1) still allows,
+    or None without a limit: MemAvailable counts the host's memory, not the container's."""
+    for limit_file, usage_file in CGROUP_FILES:
+        try:
+            limit = CGROUP / limit_file
+            text = limit.read_text(encoding="utf-8").strip()
+            if text == "max" or int(text) >= 2**60:  # no limit (v1 writes a huge number)
+                return None
+            return max(0, int(text) - int((CGROUP / usage_file).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def address_space_left() -> int | None:
+    """What this process's address-space limit (`ulimit -v`) still allows, or None without one."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    used = _meminfo("VmSize", Path("/proc/self/status"))
+    return None if soft == resource.RLIM_INFINITY or used is None else max(0, soft - used)
 
 
 def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: int = 1) -> None:
@@ -74,9 +109,17 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
         return
     params = alexnet_parameters(m.fc_dim, m.batch_norm, num_classes)
     need, free = needed_bytes(params, device.type), available_bytes(device, processes)
+    if device.type != "cuda":
+        _check_address_space(cfg, params)
     if free is None or need + batch_bytes(cfg, processes) <= free:
         return
     where = f"this GPU ({device}) has" if device.type == "cuda" else "this machine has"
+    if (
+        device.type != "cuda"
+        and (limited := cgroup_free()) is not None
+        and limited // max(1, processes) == free
+    ):
+        where = "this container's memory limit (cgroup) leaves"
     share = f" for each of its {processes} processes" if processes > 1 and device.type != "cuda" else ""
     if need <= free:  # the model fits; its batch's activations do not
         raise ConfigError(
@@ -91,6 +134,23 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
         f"{(need - params * BYTES_PER_PARAMETER) // 2**30} GiB, as measured) but {where} "
         f"{free / 2**30:,.1f} GiB free{share}: choose a smaller model.fc_dim (the study's 4096 needs "
         f"{needed_bytes(alexnet_parameters(4096, True, 10), device.type) / 2**30:.1f} GiB)"
+    )
+
+
+def _check_address_space(cfg: Config, params: int) -> None:
+    """Under `ulimit -v` the allocator fails long before the host's memory runs out (hostile
+    re-run: a 52-line traceback, runs left FAILED). What this process has mapped (torch and
+    MLflow imported: ~3.7 GB of address space) is spent already, so only the model's bytes and
+    the batch's count against what the limit leaves."""
+    left = address_space_left()
+    need = params * BYTES_PER_PARAMETER + batch_bytes(cfg)
+    if left is None or need <= left:
+        return
+    raise ConfigError(
+        f"model.fc_dim {cfg.model.fc_dim} and train.batch_size {cfg.train.batch_size} need about "
+        f"{need / 2**30:,.1f} GiB more memory, but this process's address-space limit (ulimit -v) "
+        f"leaves {left / 2**30:,.1f} GiB: raise the limit (ulimit -v unlimited), or choose a smaller "
+        "model.fc_dim or train.batch_size"
     )
 
 
