@@ -20,6 +20,7 @@ from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, work_root
 from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
+from ampbench.stages.starting import StartingLine
 from ampbench.stages.stop import watch_launcher
 from ampbench.variants import variant_name
 
@@ -69,7 +70,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
                 return launch.torchrun(argv, cfg, work, work_folder.resume_hint(argv))
             finally:
                 del os.environ[train_lock.LAUNCHER_ENV]
-    with train_lock.for_this_process(work, variant):
+    with (
+        train_lock.for_this_process(work, variant),
+        StartingLine(variant, on=os.environ.get("RANK", "0") == "0"),
+    ):
         return _train_here(cfg, args, argv, work)
 
 

@@ -1,0 +1,55 @@
+"""A line while a train stage starts: on a loaded machine the fork or imports, the data, the
+model and its warm-up steps can take over half a minute before the first progress line (hostile
+re-run: 32.6 s after DVC's "Running stage" on a 2-core machine running CI beside it).
+
+``StartingLine`` logs one line ``STARTING_S`` seconds into the stage (half the 30 s a user waits
+before wondering) unless the stage said something first (any ampbench line at INFO or above:
+its estimate, "resuming seed ...", a fault).
+Its timer thread wakes once at most, and is cancelled by the first such line, so nothing of it
+runs beside the timed steps after the stage's first line (the first epoch is the warm-up).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+STARTING_S = 15.0  # a fault found in the first seconds (a store that does not answer: ~10 s) stays one line
+
+log = logging.getLogger(__name__)
+
+
+class StartingLine(logging.Filter):
+    def __init__(self, variant: str, seconds: float = STARTING_S, on: bool = True) -> None:
+        """``on``: False for a DDP worker of rank > 0 (rank 0 speaks for the stage)."""
+        super().__init__()
+        self.variant, self.t0, self.on = variant, time.monotonic(), on
+        self.timer = threading.Timer(seconds, self._say)
+        self.timer.daemon = True
+        self.handlers = list(logging.getLogger().handlers)
+
+    def __enter__(self) -> StartingLine:
+        if self.on:
+            for handler in self.handlers:
+                handler.addFilter(self)
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        for handler in self.handlers:
+            handler.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Every record passes; the first ampbench line of the stage cancels the timer."""
+        if record.levelno >= logging.INFO and record.name.startswith("ampbench") and record.name != __name__:
+            self.timer.cancel()
+        return True
+
+    def _say(self) -> None:
+        log.info(
+            "%s: starting (%.0f s so far): loading the data, building the model, timing its first steps",
+            self.variant,
+            time.monotonic() - self.t0,
+        )
