@@ -10,6 +10,7 @@ import re
 from tqdm import tqdm
 
 from ampbench.cli import BarSafeHandler
+from conftest import REPO
 
 
 def _drawn(handler_type) -> list[str]:
@@ -41,3 +42,26 @@ def test_a_plain_handler_glues_it_to_the_bar():  # what the terminal showed befo
     assert any(p.startswith("train:") and p.endswith("INFO seed 0: test accuracy 10.00%") for p in pieces), (
         pieces
     )
+
+
+def test_a_ctrl_c_outside_a_train_stage_says_which_command_stopped_and_what_to_do(
+    tmp_path, monkeypatch, caplog
+):
+    """Hostile re-run WARN: a Ctrl-C while a stage started (or during `make run`'s estimate)
+    printed "ERROR ampbench: interrupted", naming neither the command nor what to do."""
+    import types
+
+    from ampbench import cli
+
+    def interrupted(cfg, args, argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    monkeypatch.setattr(cli, "command_module", lambda name: types.SimpleNamespace(main=interrupted))
+    assert cli.main(["evaluate"]) == cli.EXIT_INTERRUPTED
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [
+        "interrupted (Ctrl-C): `ampbench evaluate` stopped before it finished; run the same command again"
+    ]
+    assert logging.getLogger("torch").level == logging.WARNING  # torch's INFO lines at exit: not ours

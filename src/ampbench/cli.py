@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
         # transaction (a full disk) before the error reaches our one line: not the user's business
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
+        logging.getLogger("torch").setLevel(logging.WARNING)
     try:
         if fault := unreadable_folder():
             raise ConfigError(fault)
@@ -139,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", err)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        log.error("interrupted")
+        # outside a train stage's own stop handling (which saves and says how to resume)
+        log.error(
+            "interrupted (Ctrl-C): `ampbench %s` stopped before it finished; run the same command again",
+            args.command,
+        )
         return EXIT_INTERRUPTED
     except Exception as err:
         kinds = {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
