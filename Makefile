@@ -19,9 +19,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-# A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo. Not by
+# A local DATA path is made absolute: DVC may run stages in a temporary copy of the repo (a
+# quoted ~/... stays: the download stage expands it). Not by
 # $(abspath): make splits its argument at spaces, so `DATA="/my data/c.tar.gz"` gave two paths.
-DATA_URL = $(if $(or $(findstring ://,$(DATA)),$(filter /%,$(firstword $(DATA)))),$(DATA),$(CURDIR)/$(DATA))
+DATA_URL = $(if $(or $(findstring ://,$(DATA)),$(filter /% ~%,$(firstword $(DATA)))),$(DATA),$(CURDIR)/$(DATA))
 # $(call q,TEXT): TEXT as one shell word, whatever spaces or quotes it holds.
 q = '$(subst ','\'',$(1))'
 

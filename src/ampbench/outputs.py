@@ -108,4 +108,21 @@ def _move_in(staging: Path, root: Path, whole: tuple[str, ...]) -> None:
         if path.is_dir() or rel.parts[0].startswith(".old-"):
             continue
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, root / rel)
+        _replace(path, root / rel)
+
+
+def _replace(path: Path, target: Path) -> None:
+    """``path`` over ``target`` at once; where target's folder is on another filesystem (a
+    reports/metrics that is a link to another disk: rename cannot cross, EXDEV), a copy beside
+    it first, then the rename within that filesystem: still never a half-written report."""
+    try:
+        os.replace(path, target)
+    except OSError as err:
+        if err.errno != errno.EXDEV:
+            raise
+        copy = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            shutil.copyfile(path, copy)
+            os.replace(copy, target)
+        finally:
+            copy.unlink(missing_ok=True)

@@ -60,13 +60,36 @@ def setter_of(variable: str) -> int | None:
     """The nearest ancestor whose environment does not hold this process's value of `variable`:
     the process that set it for its children (DVC's DVC_STAGE, make's MAKELEVEL), past the shells
     in between; None where this process has no such variable, or without /proc."""
+    pid = _past_holders(variable)
+    return pid if pid > 1 else None
+
+
+def orphaned_by(variable: str) -> bool:
+    """Whether the process that set `variable` for this one is gone already: the ancestors that
+    hold this process's value end at init, which does not (a launcher killed before this process
+    could look: its children were reparented). Not where init holds it too (a container whose
+    first process got it: `docker run -e`); an init whose environment cannot be read (a sandbox's)
+    is taken as not holding it: no supported launcher starts a container's first process."""
+    if _past_holders(variable) != 1:
+        return False
+    value = os.environ[variable]
+    try:
+        init = Path("/proc/1/environ").read_bytes()
+    except OSError:
+        return True
+    return f"{variable}={value}".encode() not in init.split(b"\0")
+
+
+def _past_holders(variable: str) -> int:
+    """The nearest ancestor whose environment lacks this process's value of `variable` (1: none
+    before init; 0: no such variable here, or no /proc)."""
     value = os.environ.get(variable)
     if not value or not Path("/proc/self/stat").exists():
-        return None
+        return 0
     pid = os.getppid()
     while pid > 1 and _environ(pid).get(variable) == value:
         pid = _parent(pid)
-    return pid if pid > 1 else None
+    return pid
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 
-PATHS = ["/tmp/my data/cifar-10 python.tar.gz", "rel dir/it's.tar.gz"]
+PATHS = ["/tmp/my data/cifar-10 python.tar.gz", "rel dir/it's.tar.gz", "~/cifar 10.tar.gz"]
 
 
 def _recipes(target: str, data: str, tmp_path) -> list[list[str]]:
@@ -33,7 +33,9 @@ def _words(line: str) -> list[str]:
 
 
 def _absolute(data: str) -> str:
-    return data if data.startswith("/") else f"{REPO}/{data}"
+    """A relative path made absolute; a quoted ~/... kept (hostile re-run: it became <repo>/~/...),
+    for the download stage to expand."""
+    return data if data.startswith(("/", "~")) else f"{REPO}/{data}"
 
 
 @pytest.mark.parametrize("data", PATHS)

@@ -158,3 +158,24 @@ def test_a_schedule_too_short_for_one_cycle_is_one_line_before_any_run(tmp_path,
     assert "the one-cycle schedule needs at least 4" in lines[0]
     assert "Traceback" not in out.stderr and "torchrun" not in out.stderr.lower()
     assert runs(proj) == []
+
+
+def test_a_stage_whose_launcher_died_before_it_looked_knows(tmp_path):
+    """Hostile re-run: `mlflow run` SIGTERMed 0.5 s after starting its command left `ampbench
+    variant` training as an orphan: by the time the stage looked for its launcher, none was left
+    to watch. A stage reparented to init, which lacks the launcher's variable, stops at once."""
+    out = tmp_path / "said"
+    probe = (
+        "import time; time.sleep(1.0); from ampbench.processes import orphaned_by; "
+        f"open({str(out)!r}, 'w').write(str(orphaned_by('MLFLOW_RUN_ID')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MLFLOW_RUN_ID": "abc123"}
+    # the shell starts the probe in the background and exits at once: the probe's launcher is gone
+    subprocess.run(["sh", "-c", f'{sys.executable} -c "{probe}" &'], env=env, check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert out.read_text() == "True"
+    # a launcher still there (this test, past the shell that stays): not orphaned
+    ask = 'from ampbench.processes import orphaned_by; print(orphaned_by("MLFLOW_RUN_ID"))'
+    assert _launcher_seen_by(f"{sys.executable} -c '{ask}'; true", env) == "False"

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +91,25 @@ def test_mlflows_own_traceback_of_a_failed_transaction_is_not_printed(tmp_path, 
     except OSError:
         logging.getLogger("mlflow.store.db.utils").exception("SQLAlchemy database error")
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_reports_folder_linked_to_another_filesystem_takes_its_files(tmp_path):
+    """Hostile re-run: reports/metrics as a link to /dev/shm (or another disk) failed after the
+    work with "Invalid cross-device link" (a 21-line traceback): rename cannot cross filesystems."""
+    other = Path("/dev/shm")
+    if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a filesystem of its own (tmpfs) to cross filesystems")
+    elsewhere = Path(tempfile.mkdtemp(dir=other))
+    try:
+        root = tmp_path / "reports"
+        root.mkdir()
+        (root / "metrics").symlink_to(elsewhere)
+        (elsewhere / "a.json").write_text("old a")
+        with outputs.staged(root) as staging:
+            (staging / "metrics").mkdir()
+            (staging / "metrics" / "a.json").write_text("new a")
+        assert (elsewhere / "a.json").read_text() == "new a"
+        assert [p.name for p in elsewhere.iterdir()] == ["a.json"]  # no copy left beside it
+        assert (root / "metrics").is_symlink()
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)

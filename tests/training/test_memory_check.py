@@ -160,5 +160,5 @@ def test_an_address_space_limit_refuses_in_one_line_before_any_allocation(tmp_pa
     proc = subprocess.run([sys.executable, "-c", check], env=clean_env(), capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert "ConfigError: model.fc_dim 20000 and train.batch_size 512 need about 12.9 GiB more memory" in last
+    assert "ConfigError: model.fc_dim 20000 and train.batch_size 512 need about 13.6 GiB more memory" in last
     assert "address-space limit (ulimit -v) leaves" in last and "MemoryError" not in proc.stderr

@@ -54,6 +54,9 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
     from ampbench.data import prepared
     from ampbench.stages import evaluate
+    from ampbench.training import memory_check
+
+    memory_check.check_address_space(cfg)  # under `ulimit -v`: one line, not a crash mid-way
     from ampbench.tracking import evaluate_runs
     from ampbench.tracking.tracker import Tracker
 

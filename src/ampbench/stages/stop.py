@@ -22,7 +22,7 @@ import signal
 import time
 from pathlib import Path
 
-from ampbench.processes import is_ancestor, setter_of, watch_process
+from ampbench.processes import is_ancestor, orphaned_by, setter_of, watch_process
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,10 @@ def watch_launcher(on_gone) -> int | None:
     its pid, or None (nothing watched) where no pipeline tool started it."""
     launcher = pipeline_launcher()
     if launcher is None:
+        if any(orphaned_by(variable) for variable in (PIPELINE_STAGE_ENV, MLFLOW_RUN_ENV)):
+            # killed before this process could look (hostile re-run: `mlflow run` SIGTERMed 0.5 s in)
+            log.warning("the pipeline that started this stage is gone already: stopping as on SIGTERM")
+            on_gone()
         return None
 
     def gone() -> None:

@@ -49,6 +49,7 @@ PROCESS_BYTES = 2**30  # measured: 0.87 GB a process at any model size
 # memory): 1.15 / 1.64 / 2.92 GB at batch 128 / 1024 / 4096, 0.45 MB an image; counted 0.6 MB, so
 # a batch of tens of thousands is refused in one line, not killed by the kernel mid-step.
 ACTIVATION_BYTES = 600_000
+ADDRESS_MARGIN = 3 * 2**28  # 0.75 GiB: see check_address_space
 GPU_PROCESS_BYTES = 4 * 2**30  # measured: about 4 GB of a GPU a process (module docstring)
 
 
@@ -110,7 +111,7 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
     params = alexnet_parameters(m.fc_dim, m.batch_norm, num_classes)
     need, free = needed_bytes(params, device.type), available_bytes(device, processes)
     if device.type != "cuda":
-        _check_address_space(cfg, params)
+        check_address_space(cfg, params)
     if free is None or need + batch_bytes(cfg, processes) <= free:
         return
     where = f"this GPU ({device}) has" if device.type == "cuda" else "this machine has"
@@ -137,19 +138,24 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
     )
 
 
-def _check_address_space(cfg: Config, params: int) -> None:
+def check_address_space(cfg: Config, params: int | None = None) -> None:
     """Under `ulimit -v` the allocator fails long before the host's memory runs out (hostile
     re-run: a 52-line traceback, runs left FAILED). What this process has mapped (torch and
-    MLflow imported: ~3.7 GB of address space) is spent already, so only the model's bytes and
-    the batch's count against what the limit leaves."""
+    MLflow imported: ~3.5 GB of address space) is spent already; the model's bytes, the batch's
+    and ``ADDRESS_MARGIN`` (what torch and the libraries it loads as it goes map: a tiny model
+    failed with 0.6 GiB left, ran with 1.1) count against what the limit leaves."""
     left = address_space_left()
-    need = params * BYTES_PER_PARAMETER + batch_bytes(cfg)
+    if params is None:  # the study's AlexNet counted; another model by the margin only
+        m = cfg.model
+        params = alexnet_parameters(m.fc_dim, m.batch_norm) if m.name == "alexnet" else 0
+    need = params * BYTES_PER_PARAMETER + batch_bytes(cfg) + ADDRESS_MARGIN
     if left is None or need <= left:
         return
     raise ConfigError(
         f"model.fc_dim {cfg.model.fc_dim} and train.batch_size {cfg.train.batch_size} need about "
-        f"{need / 2**30:,.1f} GiB more memory, but this process's address-space limit (ulimit -v) "
-        f"leaves {left / 2**30:,.1f} GiB: raise the limit (ulimit -v unlimited), or choose a smaller "
+        f"{need / 2**30:,.1f} GiB more memory (with {ADDRESS_MARGIN / 2**30:.2f} GiB for what torch "
+        f"loads as it goes), but this process's address-space limit (ulimit -v) leaves "
+        f"{left / 2**30:,.1f} GiB: raise the limit (ulimit -v unlimited), or choose a smaller "
         "model.fc_dim or train.batch_size"
     )
 
