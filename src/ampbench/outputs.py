@@ -98,7 +98,9 @@ def _name_the_output(err: OSError, staging: Path, root: Path) -> None:
 def _move_in(staging: Path, root: Path, whole: tuple[str, ...]) -> None:
     """Every staged file over its namesake under root; a `whole` folder replaces root's."""
     for name in whole:
-        if (staging / name).is_dir():
+        if (root / name).is_symlink() and (root / name).is_dir():
+            _clear_linked(root / name, staging / name)  # keep the user's link: files move in below
+        elif (staging / name).is_dir():
             old = staging / f".old-{name}"
             with contextlib.suppress(FileNotFoundError):
                 os.replace(root / name, old)
@@ -109,6 +111,15 @@ def _move_in(staging: Path, root: Path, whole: tuple[str, ...]) -> None:
             continue
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         _replace(path, root / rel)
+
+
+def _clear_linked(linked: Path, staged_folder: Path) -> None:
+    """A ``whole`` folder that is a link (reports/answer on another disk): its files that the
+    staged folder has not are removed, the link and its target kept (hostile re-run: compare
+    replaced the link by a real folder, leaving the target empty and stale)."""
+    for old in linked.rglob("*"):
+        if old.is_file() and not (staged_folder / old.relative_to(linked)).exists():
+            old.unlink()
 
 
 def _replace(path: Path, target: Path) -> None:

@@ -113,3 +113,20 @@ def test_a_reports_folder_linked_to_another_filesystem_takes_its_files(tmp_path)
         assert (root / "metrics").is_symlink()
     finally:
         shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_a_whole_folder_that_is_a_link_stays_a_link_and_loses_its_stale_files(tmp_path):
+    """Hostile re-run: compare replaced a linked reports/answer (or views) by a real folder, the
+    link's target left with the old files."""
+    root, elsewhere = tmp_path / "reports", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    (root / "answer").symlink_to(elsewhere)
+    (elsewhere / "dropped-variant.json").write_text("a variant no longer in the study")
+    (elsewhere / "kept.json").write_text("old")
+    with outputs.staged(root, whole=("answer",)) as staging:
+        (staging / "answer").mkdir()
+        (staging / "answer" / "kept.json").write_text("new")
+    assert (root / "answer").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["kept.json"]
+    assert (elsewhere / "kept.json").read_text() == "new"

@@ -63,6 +63,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     throughput.check_benchmarkable(variants)
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
+    memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
     memory_check.check_fits(cfg, kit.single_device().device, CIFAR_CLASSES)
     measurement_runs.check_store(cfg, "bench", Path(args.out))
     outputs.check_folder(Path(args.out).parent, "bench report")  # before the measurement

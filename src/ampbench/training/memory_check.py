@@ -50,6 +50,9 @@ PROCESS_BYTES = 2**30  # measured: 0.87 GB a process at any model size
 # a batch of tens of thousands is refused in one line, not killed by the kernel mid-step.
 ACTIVATION_BYTES = 600_000
 ADDRESS_MARGIN = 3 * 2**28  # 0.75 GiB: see check_address_space
+# bench's DataLoader rung starts worker processes and threads: "can't start new thread" at 0.8 GiB
+# left (ulimit -v 4500000), none at 1.3 (5000000)
+BENCH_ADDRESS_MARGIN = 2**30
 GPU_PROCESS_BYTES = 4 * 2**30  # measured: about 4 GB of a GPU a process (module docstring)
 
 
@@ -138,7 +141,7 @@ def check_fits(cfg: Config, device: torch.device, num_classes: int, processes: i
     )
 
 
-def check_address_space(cfg: Config, params: int | None = None) -> None:
+def check_address_space(cfg: Config, params: int | None = None, margin: int = 0) -> None:
     """Under `ulimit -v` the allocator fails long before the host's memory runs out (hostile
     re-run: a 52-line traceback, runs left FAILED). What this process has mapped (torch and
     MLflow imported: ~3.5 GB of address space) is spent already; the model's bytes, the batch's
@@ -148,14 +151,15 @@ def check_address_space(cfg: Config, params: int | None = None) -> None:
     if params is None:  # the study's AlexNet counted; another model by the margin only
         m = cfg.model
         params = alexnet_parameters(m.fc_dim, m.batch_norm) if m.name == "alexnet" else 0
-    need = params * BYTES_PER_PARAMETER + batch_bytes(cfg) + ADDRESS_MARGIN
+    margin = margin or ADDRESS_MARGIN  # more for a command that starts loader workers (bench)
+    need = params * BYTES_PER_PARAMETER + batch_bytes(cfg) + margin
     if left is None or need <= left:
         return
     raise ConfigError(
         f"model.fc_dim {cfg.model.fc_dim} and train.batch_size {cfg.train.batch_size} need about "
-        f"{need / 2**30:,.1f} GiB more memory (with {ADDRESS_MARGIN / 2**30:.2f} GiB for what torch "
+        f"{need / 2**30:,.2f} GiB more memory (with {margin / 2**30:.2f} GiB for what torch "
         f"loads as it goes), but this process's address-space limit (ulimit -v) leaves "
-        f"{left / 2**30:,.1f} GiB: raise the limit (ulimit -v unlimited), or choose a smaller "
+        f"{left / 2**30:,.2f} GiB: raise the limit (ulimit -v unlimited), or choose a smaller "
         "model.fc_dim or train.batch_size"
     )
 
