@@ -145,7 +145,8 @@ def test_make_demo_end_to_end(tmp_path: Path):
     said = proc.stdout.splitlines()
     assert said[-1].startswith("Start the UI first") and said[-2].startswith("Browse the runs: http")
     assert f"ui --backend-store-uri sqlite:///{proj / 'mlflow.db'}" in said[-1]  # beside the link it serves
-    assert said[-5].startswith("Answer: the fastest, ") and said[-4].startswith("A demo on a subset")
+    answer = ("Answer: the fastest, ", "Answer: no variant trains faster than single-fp32")  # CPU: either
+    assert said[-5].startswith(answer) and said[-4].startswith("A demo on a subset"), said[-5:]
     files = (
         "The table and chart: demo/reports/comparison.md, comparison.png; in DVC: cd demo && dvc metrics show"
     )

@@ -308,3 +308,14 @@ def test_the_printed_answer_of_a_mixed_comparison_is_labelled_and_not_called_a_d
     assert mixed_lines[0].startswith("Answer (MIXED SETTINGS, --allow-mixed: not one study): the fastest")
     assert not any("demo" in line for line in mixed_lines), mixed_lines
     assert ending(rows, subset=False)[0].startswith("Answer: the fastest, single-autocast")
+
+
+def test_an_answer_where_the_baseline_is_fastest_does_not_compare_it_with_itself():
+    from ampbench.stages.compare import ending
+
+    rows = [
+        {"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+        {"variant": "single-autocast", "speedup": 0.4, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+    ]
+    said = ending(rows, subset=False)[0]
+    assert said == "Answer: no variant trains faster than single-fp32 here; see the table.", said

@@ -92,6 +92,8 @@ def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
             f"{BASELINE}; test accuracy {100 * best['test_accuracy_mean']:.2f}% "
             f"({100 * best['accuracy_delta']:+.2f} points{tested.get(best.get('significant', ''), '')})."
         )
+    if best and best["variant"] == BASELINE:  # not "the fastest, single-fp32, ... 1.00x single-fp32"
+        lines[0] = f"Answer: no variant trains faster than {BASELINE} here; see the table."
     if mixed:
         lines[0] = lines[0].replace("Answer:", "Answer (MIXED SETTINGS, --allow-mixed: not one study):", 1)
     if subset:
