@@ -103,7 +103,9 @@ def test_ctrl_c_at_any_moment_gives_no_traceback(tmp_path: Path, moment: str):
     if moment == "stopping the warm server":
         assert proc.returncode in (0, 130), output  # finished, or stopped before DVC's last write
     else:
-        assert proc.returncode == 130, output
+        # 130, or death by SIGINT once the line is out: Python's finalization restores SIGINT's
+        # default, and a Ctrl-C every 50 ms may land then (a shell shows 130 for both)
+        assert proc.returncode in (130, -signal.SIGINT), output
         assert "Stopped by SIGINT" in output and "To resume" in output, output
 
 
