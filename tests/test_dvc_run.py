@@ -77,9 +77,11 @@ def test_a_ctrl_c_that_dvc_swallowed_before_failing_is_a_stop(monkeypatch, capsy
 
 
 @pytest.mark.slow  # dvc as a subprocess
-def test_a_stage_killed_outright_says_what_is_kept_and_how_to_resume(tmp_path):
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+def test_a_stage_killed_outright_says_what_is_kept_and_how_to_resume(tmp_path, shell):
     """Hostile re-run: kill -9 (or the OOM killer) of a train stage under `make run` left only
-    DVC's "failed to run ... exited with -9" and make's error: no word of what is kept."""
+    DVC's "failed to run ... exited with -9" and make's error: no word of what is kept. DVC runs
+    the stage through $SHELL: bash execs it (status -9), dash waits on it (137, as in CI)."""
     import subprocess
 
     (tmp_path / "dvc.yaml").write_text(
@@ -89,7 +91,7 @@ def test_a_stage_killed_outright_says_what_is_kept_and_how_to_resume(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True, timeout=120
     )
-    env = {**os.environ, "AMPBENCH_WARM": "0", "AMPBENCH_RESUME_COMMAND": "make run"}
+    env = {**os.environ, "AMPBENCH_WARM": "0", "AMPBENCH_RESUME_COMMAND": "make run", "SHELL": shell}
     done = subprocess.run([sys.executable, "-m", "ampbench.dvc_run", "repro"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 128 + signal.SIGKILL, done.stderr

@@ -48,6 +48,8 @@ HASH_WARNING = "No file hash info found for"
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
+# died of SIGKILL: -9 when the shell execs the command (bash), 137 when it waits on it (dash)
+KILLED_STATUS = (-signal.SIGKILL, 128 + signal.SIGKILL)
 # an ampbench stage that exits 1 or 2 has said why, in one line (or, for a bug, a traceback)
 SAID, SAID_BY = (1, 2), "ampbench "
 INTERRUPTED = 252  # dvc's status for KeyboardInterrupt ("interrupted by the user")
@@ -102,7 +104,7 @@ class Quiet(logging.Filter):
         failed = FAILED.search(text)
         if failed and int(failed["status"]) in SAID and f"failed to run: {SAID_BY}" in text:
             return False  # the stage said what failed, and the fix, above: DVC's line repeats it
-        if failed and int(failed["status"]) == -signal.SIGKILL:
+        if failed and int(failed["status"]) in KILLED_STATUS:
             self.killed_stage = failed["stage"]
             return False
         if failed and int(failed["status"]) in STOP_STATUS:
