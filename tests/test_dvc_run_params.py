@@ -55,8 +55,9 @@ def project(tmp_path) -> Path:
     [
         ("train:\n  lr: 0.1\n" + BOMB, "line 3: YAML anchor or alias &a is not allowed"),
         ("train:\n  lr: 0.1\ntrain:\n  lr: 0.2\n", "line 3: key 'train' appears twice"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "line 1: values nested more than 20 levels"),
     ],
-    ids=["alias-bomb", "duplicate-keys"],
+    ids=["alias-bomb", "duplicate-keys", "nested-5000-deep"],
 )
 def test_a_faulty_params_file_is_one_line_before_dvc_reads_it(project, params, said):
     (project / "params.yaml").write_text(params)

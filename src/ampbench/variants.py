@@ -35,8 +35,8 @@ def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
     """The variants dvc.yaml's matrix builds from params.yaml (every variant if it says nothing)."""
     try:
         axes = (yaml.safe_load(Path(params_file).read_text(encoding="utf-8")) or {}).get("variants") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
-        axes = {}
+    except (OSError, yaml.YAMLError, AttributeError, RecursionError):
+        axes = {}  # the config's strict reader says what is wrong with the file
     return [
         variant_name(p, q) for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)
     ]

@@ -113,3 +113,20 @@ def test_a_huge_number_from_set_is_refused_naming_the_key(override, named):
     text = str(err.value)
     assert named in text and len(text) < 600, text
     assert "set_int_max_str_digits" not in text
+
+
+@pytest.mark.parametrize("where", ["file", "set"])
+def test_values_nested_hundreds_deep_are_one_line_not_a_recursion_error(tmp_path, where):
+    """Hostile pass: '[' * 400 (an 800-byte value) gave a RecursionError of ~3,000 lines."""
+    deep = "[" * 5000 + "]" * 5000
+    path = _params(tmp_path, "train:\n  lr: " + deep + "\n") if where == "file" else REPO / "params.yaml"
+    with pytest.raises(ConfigError) as err:
+        load_config(path, ["train.lr=" + deep] if where == "set" else [])
+    text = str(err.value)
+    assert "values nested more than 20 levels deep" in text, text
+    assert ("train.lr" if where == "set" else f"{path}: line 2") in text, text
+    assert len(text) < 600, text
+
+
+def test_the_shipped_params_nest_well_within_the_bound():
+    load_config(REPO / "params.yaml", ["train.seeds=[0, 1]", "variants.parallel=[single]"])

@@ -7,7 +7,9 @@ file (and the line where there is one) and the fix:
   one and silently drops the first's settings;
 - an anchor or alias (``&x`` / ``*x``): nothing in the file needs them, and nested aliases expand
   to a billion values from a few lines (the "billion laughs");
-- not a regular file (a FIFO would block the stage, a device never end), or over ``MAX_BYTES``.
+- not a regular file (a FIFO would block the stage, a device never end), or over ``MAX_BYTES``;
+- nested deeper than ``MAX_DEPTH`` (``[[[[...]]]]``): the YAML reader recurses once a level, so a
+  few hundred levels in a short value end in Python's RecursionError.
 
 ``shown(value)`` quotes a value in an error message, cut to ``SHOWN_CHARS`` characters.
 """
@@ -24,6 +26,7 @@ from ampbench.config.settings import ConfigError
 
 MAX_BYTES = 1_000_000  # params.yaml is ~6 kB
 SHOWN_CHARS = 80
+MAX_DEPTH = 20  # params.yaml nests 3 levels (section, key, a list of seeds)
 
 
 def cut(text: str) -> str:
@@ -43,7 +46,9 @@ class _Refused(yaml.YAMLError):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader without anchors and aliases, and without silently repeated keys."""
+    """SafeLoader without anchors and aliases, without silently repeated keys, and shallow."""
+
+    depth = 0
 
     def compose_node(self, parent, index):
         event = self.peek_event()
@@ -54,7 +59,17 @@ class _StrictLoader(yaml.SafeLoader):
                 "file; write the values out",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        if self.depth >= MAX_DEPTH:
+            raise _Refused(
+                f"values nested more than {MAX_DEPTH} levels deep (lists or mappings inside each "
+                "other); a setting is a number, a word or a short list",
+                event.start_mark,
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}

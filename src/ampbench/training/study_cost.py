@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from ampbench.config import PARALLELS, PRECISIONS, Config, ConfigError
+from ampbench.config import PRECISIONS, Config, ConfigError
 from ampbench.training import memory_check
 from ampbench.training.measure import sync
+from ampbench.variants import study_variants
 
 CIFAR_TRAIN_PER_CLASS, CIFAR_TEST_PER_CLASS, CIFAR_CLASSES = 5000, 1000, 10
 # A forward pass costs about a third of a training step (forward + backward + update), per image.
@@ -62,15 +62,6 @@ def fmt_duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600} h {s % 3600 // 60:02d} min"
     return f"{s // 86400} d {s % 86400 // 3600} h"
-
-
-def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
-    """The variants dvc.yaml's matrix builds from params.yaml (all nine if it says nothing)."""
-    try:
-        axes = (yaml.safe_load(Path(params_file).read_text(encoding="utf-8")) or {}).get("variants") or {}
-    except (OSError, yaml.YAMLError):
-        axes = {}
-    return [f"{p}-{q}" for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)]
 
 
 def dataset_sizes(cfg: Config) -> tuple[int, int]:
