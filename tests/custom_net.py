@@ -33,3 +33,13 @@ def not_a_module(num_classes: int) -> str:
 def fixed_size(num_classes: int) -> nn.Module:
     """Takes 32x32 images only (a flatten into a fixed Linear)."""
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, num_classes))
+
+
+def forward_fails(num_classes: int) -> nn.Module:
+    """A model whose forward has a bug of the user's own (not a RuntimeError)."""
+
+    class Broken(nn.Module):
+        def forward(self, images):
+            raise TypeError("forward() got an unexpected keyword")
+
+    return Broken()

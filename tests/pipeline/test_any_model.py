@@ -48,13 +48,20 @@ def test_own_factory_from_the_project_folder_trains(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_unknown_model_fails_before_anything_runs(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("torchvision:resnet19", "'torchvision:resnet19': not a torchvision classification model"),
+        ("builtins:len", "builtins:len(10) raised TypeError"),  # hostile pass: a 50-line traceback
+    ],
+)
+def test_unknown_model_fails_before_anything_runs(tmp_path: Path, name, said):
     project = new_project(tmp_path / "proj")
-    args = ("train", *_variant("fp32"), "--set", "model.name=torchvision:resnet19")
-    proc = run_cli(project, *args, check=False)
+    proc = run_cli(project, "train", *_variant("fp32"), "--set", f"model.name={name}", check=False)
     assert proc.returncode != 0
-    assert "'torchvision:resnet19': not a torchvision classification model" in proc.stderr
-    assert "torchvision:resnet18" in proc.stderr and not (project / "models").exists()
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (project / "models").exists()
+    assert not runs(project), "runs were created for a model that cannot be built"  # hostile pass
 
 
 @pytest.mark.slow  # a minute or two of CPU measuring in a subprocess

@@ -63,6 +63,10 @@ def test_own_factory_from_the_folder_the_command_runs_in(tmp_path, monkeypatch):
         ("no_such_module_xyz:make", r"cannot import no_such_module_xyz.*torchvision:resnet18"),
         ("custom_net:missing", r"custom_net has no callable 'missing' \(its names: .*make_model"),
         ("custom_net:not_a_module", r"returned str, not a torch.nn.Module"),
+        # hostile pass: any importable callable that is no factory was a 50-line traceback
+        ("builtins:len", r"model.name: builtins:len\(10\) raised TypeError: object of type 'int'"),
+        ("json:loads", r"json:loads\(10\) raised TypeError: .*returns a torch.nn.Module"),
+        ("custom_net:forward_fails", r"forward of 2 blank 32x32 images raised TypeError: forward"),
     ],
 )
 def test_unknown_models_are_named_with_the_choices(name, message):

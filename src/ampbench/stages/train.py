@@ -30,7 +30,7 @@ from ampbench.seed_result import SeedResult
 from ampbench.timing import StageClock
 from ampbench.tracking import train_runs
 from ampbench.tracking.tracker import Tracker
-from ampbench.training import build, loader, loop, memory_check, parallel, precision, progress
+from ampbench.training import build, factory, loader, loop, memory_check, parallel, precision, progress
 from ampbench.variants import variant_name
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ def train_variant(
         dataset = prepared.load_dataset(data_file)
         loader.check_batch(cfg.train.batch_size, dataset, cfg.train.epochs)
         memory_check.check_fits(cfg, strategy.device, len(dataset["classes"]), memory_check.local_processes())
+        if cfg.model.name != "alexnet":  # its factory and dry forward checked before any run (CPU)
+            factory.build(cfg.model, len(dataset["classes"]), cfg.data.image_size)
         tf32 = precision.set_tf32(precision.REGISTRY[precision_name].tf32_on(strategy.device))  # as setup
         work = work_dir / variant
         work_folder.refuse_foreign(work, cfg.train.seeds, cfg.digest(), variant, fresh, cfg.digested())

@@ -74,7 +74,14 @@ def build(cfg: ModelConfig, num_classes: int, image_size: int = ALEXNET_SIZE, st
 
 
 def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -> nn.Module:
-    net = factory(num_classes)
+    try:
+        net = factory(num_classes)
+    except Exception as err:  # noqa: BLE001 - the user's code, named in one line (--debug: traceback)
+        raise ConfigError(
+            f"model.name: {name}({num_classes}) raised {type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]}; a factory takes the class count and returns a "
+            "torch.nn.Module (README: Your model, your images)"
+        ) from err
     if not isinstance(net, nn.Module):
         raise ConfigError(
             f"model.name: {name} returned {type(net).__name__}, not a torch.nn.Module; a factory "
@@ -97,6 +104,11 @@ def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int
             f"model.name: {name} cannot take {image_size}x{image_size} images (data.image_size): "
             f"{detail}; set data.image_size to a size it takes (224 for ImageNet-shaped models)"
         ) from None
+    except Exception as err:  # noqa: BLE001 - a fault in the user's forward, named in one line
+        raise ConfigError(
+            f"model.name: {name}: its forward of 2 blank {image_size}x{image_size} images raised "
+            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}; fix the model's forward"
+        ) from err
     finally:
         model.train(was_training)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
