@@ -13,7 +13,7 @@ from conftest import mlflow_client, run_cli, runs
 @pytest.mark.slow
 def test_bench_on_cpu(project: Path):
     out = project / "reports" / "bench"
-    run_cli(
+    proc = run_cli(
         project,
         "bench",
         "--variants",
@@ -92,6 +92,22 @@ def test_bench_on_cpu(project: Path):
     assert run.data.params["batch"] == "20" and run.data.params["windows"] == "3"
     files = {a.path for a in mlflow_client(project).list_artifacts(run.info.run_id)}
     assert files == {"bench.json", "bench.md"}
+    # Hostile pass: minutes without a line. The plan first, then a line as each variant is measured.
+    said = [line.split(": ", 1)[1] for line in proc.stderr.splitlines() if " INFO ampbench" in line]
+    assert (
+        said[0].startswith("bench on ") and "single-fp32, single-autocast_gradscaler at batch 20" in said[0]
+    )
+    assert said[1].startswith("single-fp32: warmed up; timing 3 windows of one epoch (2 steps)"), said
+    assert said[2].startswith("single-fp32: pipeline "), said
+    assert any(line.startswith("the DataLoader reference (0 workers") for line in said), said
+
+
+@pytest.mark.slow  # `python -m ampbench` subprocesses: ~2 s each for the imports
+def test_a_batch_larger_than_the_data_is_refused_before_measuring(project: Path):
+    proc = run_cli(project, "bench", "--batch-size", "100", "--max-images", "40", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "train.batch_size=100 is larger than the train set (40 images)" in proc.stderr
+    assert "warmed up" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow  # inductor compiles the step: minutes on 2 cores with a cold cache

@@ -28,6 +28,16 @@ def test_r0_is_the_tutorials_conditions_and_the_last_eager_rung_the_defaults():
     assert train["compile"] == "default"  # R5: compile on top of the defaults
 
 
+@pytest.mark.slow  # `python -m ampbench` in a subprocess: its imports
+def test_a_data_set_smaller_than_a_rungs_batch_is_refused_before_measuring(tmp_path: Path):
+    """Hostile pass: 40 images, R2's batch 64 refused only after R0 and R1 had measured (76 s)."""
+    project = new_project(tmp_path / "proj", per_class=4)
+    proc = run_cli(project, "explain", "--out", str(project / "reports" / "explain"), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "explain's rung R2 trains batches of 64 images, more than the 40 train images" in proc.stderr
+    assert "R0 fp32" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow  # a minute of CPU training in a subprocess
 def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
     project = new_project(tmp_path / "proj", per_class=16)  # R2's batch 64 fits
@@ -50,6 +60,12 @@ def test_explain_on_a_cpu_end_to_end(tmp_path: Path):
     assert [r["batch"] for r in cross["rows"]] == [8, 16, 32]
     first = next((r["batch"] for r in cross["rows"] if r["autocast"] >= 1.5 * r["fp32"]), None)
     assert cross["autocast_1_5x_from_batch"] == first
+    # Hostile pass: a first line after 46 s. The plan first, then a line per rung and precision.
+    said = [line.split(": ", 1)[1] for line in proc.stderr.splitlines() if " INFO ampbench" in line]
+    assert (
+        said[0].startswith("explain on ") and "rungs R0-R2 x fp32, autocast, autocast_gradscaler" in said[0]
+    )
+    assert said[1].startswith("R0 fp32: ") and said[2].startswith("R0 autocast: "), said
     md = out.with_suffix(".md").read_text()
     r1 = "| R1 | data and augmentation as tensors on the device (this CPU), no loader workers | 16 | fp32 |"
     assert r1 in md and "| n/a |" in md

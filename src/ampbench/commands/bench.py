@@ -12,12 +12,15 @@ first, then records them in MLflow (experiment ``<tracking.experiment>-bench``);
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from pathlib import Path
 
 from ampbench import outputs
 from ampbench.cli_options import at_least_one
 from ampbench.config import COMPILE_MODES, Config, replace
 
+log = logging.getLogger(__name__)
 HELP = "measure training throughput, untracked"
 
 
@@ -38,7 +41,12 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         help="timed windows per measure, reported as median and min-max",
     )
     b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
-    b.add_argument("--workers", type=int, default=8, help="DataLoader workers for the reference")
+    b.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers for the reference; default: 8 (the tutorial's), at most the CPUs here",
+    )
     b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
     b.add_argument(
         "--profile",
@@ -56,7 +64,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.measuring import kit, throughput
     from ampbench.report import bench_markdown
     from ampbench.tracking import measurement_runs
-    from ampbench.training import memory_check
+    from ampbench.training import loader, memory_check
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     modes = compile_modes(args.compile, cfg)
@@ -64,17 +72,30 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
     memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
-    memory_check.check_fits(cfg, kit.single_device().device, CIFAR_CLASSES)
+    strategy = kit.single_device()
+    memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
     measurement_runs.check_store(cfg, "bench", Path(args.out))
     outputs.check_folder(Path(args.out).parent, "bench report")  # before the measurement
+    dataset = kit.dataset(args.max_images)
+    loader.check_batch(cfg.train.batch_size, dataset)  # before the measurement, too
+    workers = min(8, len(os.sched_getaffinity(0))) if args.workers is None else args.workers
+    log.info(
+        "bench on %s: %s at batch %d%s, each warmed up, then %d timed windows; then the DataLoader "
+        "reference; a line as each is measured",
+        strategy.facts()["device_name"],
+        ", ".join(variants),
+        cfg.train.batch_size,
+        f", compile {', '.join(modes)}" if modes != ["none"] else "",
+        args.windows,
+    )
     res = throughput.run_modes(
         cfg,
         variants,
         modes,
-        kit.dataset(args.max_images),
+        dataset,
         steps=args.steps,
         warmup=args.warmup,
-        workers=args.workers,
+        workers=workers,
         profile_steps=args.profile,
         windows=args.windows,
     )

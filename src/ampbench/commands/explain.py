@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ampbench import outputs
 from ampbench.cli_options import at_least_one
 from ampbench.config import Config
 
+log = logging.getLogger(__name__)
 HELP = "AMP's speed-up rung by rung and over batch sizes"
 DESCRIPTION = (  # `ampbench explain --help`
     "Why AMP pays or not on this machine: each precision's speed-up over fp32, rung by rung from the "
@@ -71,6 +73,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     opts = options(args, cuda)
     dataset = kit.dataset(opts["max_images"])
     out, only = Path(args.out), [r for r in args.rungs.split(",") if r]
+    batches = plan(cfg, args, strategy, dataset, only)  # checked and said before any measuring
     cli_args = ["--params", args.params, *[x for o in args.overrides for x in ("--set", o)]]
     measured, energy_counter = rungs.measure_ladder(cfg, dataset, strategy, opts, only, cli_args, out)
     if only:  # a part of another explain (rungs.measured_apart): these rungs only, into its JSON
@@ -87,8 +90,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         "defaults_rung": rungs.DEFAULTS_RUNG,
         "rungs": measured,
     }
-    if not args.no_crossover:
-        batches = [32, 64, 128, 256, 512, 1024, 2048, 4096] if cuda else [8, 16, 32]
+    if batches:
         res["crossover"] = crossover.measure(cfg, dataset, strategy, batches, opts)
     params, metrics = measurement_runs.explain_figures(res)
     suffixes = (".json", ".md", ".png")
@@ -96,6 +98,31 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     print(report.to_markdown(res))
     print(where(cfg, res, out))
     return 0 if res["run_id"] else 1
+
+
+def plan(cfg: Config, args, strategy, dataset: dict, only: list[str]) -> list[int]:
+    """The crossover's batches (those the data set holds); a rung's batch larger than the data set
+    refused; the plan said in one line, so a CPU's long first rung is not a silent wait."""
+    from ampbench.measuring import rungs
+
+    cuda = strategy.device.type == "cuda"
+    ladder = [r for r in rungs.rung_configs(cfg, strategy.device) if not only or r[0] in only]
+    batches = [32, 64, 128, 256, 512, 1024, 2048, 4096] if cuda else [8, 16, 32]
+    batches = rungs.check_data(ladder, dataset, [] if only or args.no_crossover else batches)
+    if not only:
+        opts = options(args, cuda)
+        log.info(
+            "explain on %s: rungs %s-%s x %s, each %d windows of %d steps after a warm-up epoch%s; "
+            "a line as each is measured",
+            strategy.facts()["device_name"],
+            ladder[0][0],
+            ladder[-1][0],
+            ", ".join(rungs.precisions(strategy.device)),
+            opts["windows"],
+            opts["steps"],
+            f", then the batch crossover over {', '.join(map(str, batches))}" if batches else "",
+        )
+    return batches
 
 
 def where(cfg: Config, res: dict, out: Path) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ampbench.config import replace
+from ampbench.config import ConfigError, replace
 from ampbench.measuring import kit
 from ampbench.report import selfcheck
 from ampbench.training import loader, measure
@@ -195,9 +195,16 @@ def measure_ladder(cfg, dataset: dict, strategy, opts: dict, only: list[str], cl
 def measure_rung(name: str, what: str, cfg, dataset: dict, strategy, energy, opts: dict) -> dict:
     """One rung, every precision; speed-ups as ratios of this rung's medians."""
     flops = kit.train_flops_per_image(cfg, len(dataset["classes"]))
-    cells = [
-        measure_cell(cfg, p, dataset, strategy, energy, flops, opts) for p in precisions(strategy.device)
-    ]
+    cells = []
+    for p in precisions(strategy.device):  # a line after each: a CPU cell takes a quarter minute
+        cells.append(measure_cell(cfg, p, dataset, strategy, energy, flops, opts))
+        log.info(
+            "%s %s: %s img/s (median of %d windows)",
+            name,
+            p,
+            f"{cells[-1]['images_per_second']:,.0f}",
+            opts["windows"],
+        )
     tf32 = next((c for c in cells if c["precision"] == "tf32"), None)
     for c in cells:
         c["speedup_vs_fp32"] = c["images_per_second"] / cells[0]["images_per_second"]
@@ -210,6 +217,28 @@ def measure_rung(name: str, what: str, cfg, dataset: dict, strategy, energy, opt
     )
     log.info("%s (%s): %s", name, what, summary)
     return {"rung": name, "change": what, "batch": cfg.train.batch_size, "cells": cells}
+
+
+def check_data(todo: list, dataset: dict, crossover: list[int]) -> list[int]:
+    """Before any measuring: every rung's batch fits the train set (else a ConfigError naming the
+    rung), and the crossover's batches that do (a larger one would time the whole, smaller set)."""
+    n = len(dataset["train_labels"])
+    for name, _, c in todo:
+        if c.train.batch_size > n:
+            raise ConfigError(
+                f"explain's rung {name} trains batches of {c.train.batch_size} images, more than the "
+                f"{n:,} train images here (the data set, cut by data.train_per_class or --max-images); "
+                f"give it at least {c.train.batch_size}: a larger data set (data.url), or a higher "
+                "data.train_per_class or --max-images"
+            )
+    fits = [b for b in crossover if b <= n]
+    if len(fits) < len(crossover):
+        log.info(
+            "crossover: batches %s skipped: the train set here holds %s images",
+            crossover[len(fits) :],
+            f"{n:,}",
+        )
+    return fits
 
 
 def measured_apart(cli_args: list[str], opts: dict, names: list[str], out: Path) -> list[dict]:

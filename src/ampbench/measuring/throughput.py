@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import statistics
+import time
 
 import torch
 
@@ -31,9 +32,11 @@ from ampbench.config import replace
 from ampbench.measuring.kit import epochs, seconds, train_flops_per_image, trainer, warm_steps
 from ampbench.report import selfcheck
 from ampbench.training import loader, measure, parallel, precision
+from ampbench.training.study_cost import fmt_duration
 from ampbench.variants import split_name
 
 log = logging.getLogger(__name__)
+LINE_EVERY_S = 20.0  # a line between windows when this long passed since the last one (a CPU's epoch)
 
 
 class Measure:
@@ -119,10 +122,20 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
 
     ceil_warm = seconds(fixed, warm_steps(ceil_step, warmup), device)
     ceil = Measure("ceiling", variant, ceil_facts, ceil_warm)
+    per_step = ceil_warm / max(1, warm_steps(ceil_step, warmup))  # warm-up's: an upper bound, roughly
+    about = fmt_duration(max(1.0, windows * (len(batches) + steps) * per_step))
+    log.info(
+        "%s: warmed up; timing %d windows of one epoch (%d steps) and of %d steps: about %s",
+        variant, windows, len(batches), steps, about,
+    )  # fmt: skip
+    said = time.monotonic()
     for w in range(windows):
         epoch = batches.epoch(first_epoch + w)  # a full epoch, its augmentation included
         pipe.window(lambda e=epoch: pipe_step(*next(e)), len(batches), device)
         ceil.window(fixed, steps, device)
+        if time.monotonic() - said > LINE_EVERY_S and w + 1 < windows:  # between windows only
+            log.info("%s: window %d of %d timed", variant, w + 1, windows)
+            said = time.monotonic()
     prof = kernel_profile(fixed, profile_steps, device) if profile_steps else None
     return pipe, ceil, prof, strategy
 
@@ -130,6 +143,13 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
 def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, workers) -> Measure:
     """The tutorial's DataLoader feeding the step; each window runs within one epoch."""
     device, batch = strategy.device, cfg.train.batch_size
+    log.info(
+        "the DataLoader reference (%d workers, %s): warm-up, then %d windows of %d steps",
+        workers,
+        variant,
+        windows,
+        steps,
+    )
     step, facts = trainer(cfg, variant, dataset, strategy)
     tl = loader.TorchLoader(dataset["train_images"], dataset["train_labels"], batch, 0, 1, device, 0, workers)
     warm = warm_steps(step, warmup)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ampbench.config import Config
+from ampbench.config import Config, ConfigError
 from ampbench.training import dp_autocast_outside, factory
 from ampbench.training.compiler import Compiler
 from ampbench.training.parallel import ParallelStrategy, Single
@@ -129,7 +129,7 @@ def setup(
     if _compiler_import is not None:
         _compiler_import.join()
     if total_steps < 4:
-        raise ValueError(
+        raise ConfigError(
             f"only {total_steps} training steps (train.epochs x train set / train.batch_size): the "
             "one-cycle schedule needs at least 4; raise train.epochs or lower train.batch_size"
         )

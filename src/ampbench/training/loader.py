@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ampbench.config import ConfigError
+
 
 def epoch_generator(seed: int, epoch: int, device: torch.device | None = None) -> torch.Generator:
     """The epoch's random numbers, on ``device`` (the CPU by default)."""
@@ -134,13 +136,13 @@ def check_batch(global_batch: int, data: dict, epochs: int | None = None) -> Non
     schedule too short for one-cycle is refused here too, before any run is created."""
     n = len(data["train_labels"])
     if global_batch > n:
-        raise ValueError(
+        raise ConfigError(
             f"train.batch_size={global_batch} is larger than the train set ({n} images); "
             "lower train.batch_size or raise data.train_per_class"
         )
     steps = (epochs or 0) * (n // global_batch)
     if epochs is not None and steps < ONE_CYCLE_MIN_STEPS:
-        raise ValueError(
+        raise ConfigError(
             f"only {steps} training steps (train.epochs x train set / train.batch_size): the one-cycle "
             f"schedule needs at least {ONE_CYCLE_MIN_STEPS}; raise train.epochs or lower train.batch_size"
         )
