@@ -130,3 +130,12 @@ def test_values_nested_hundreds_deep_are_one_line_not_a_recursion_error(tmp_path
 
 def test_the_shipped_params_nest_well_within_the_bound():
     load_config(REPO / "params.yaml", ["train.seeds=[0, 1]", "variants.parallel=[single]"])
+
+
+def test_thousands_of_unknown_keys_are_twenty_lines_and_a_count(tmp_path):
+    """Hostile pass: 50,000 unknown keys gave 50,001 lines, each listing every known key."""
+    path = _params(tmp_path, "train:\n" + "".join(f"  k{i}: 1\n" for i in range(5000)))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 22 and lines[-1] == "  ... and 4,980 more", lines[-3:]

@@ -278,3 +278,17 @@ def test_a_store_turned_read_only_mid_run_is_named_with_its_fix(tmp_path):
     assert line is not None and "\n" not in str(line)
     assert f"MLflow store {uri} cannot be written (sqlite: attempt to write a readonly database)" in str(line)
     assert f"make {db} and its folder {tmp_path} writable by this user" in str(line)
+
+
+def test_a_store_of_no_known_scheme_is_named_so_without_a_cut_list():
+    """Hostile re-run: MLFLOW_TRACKING_URI=bogus://x quoted MLflow's exception cut mid-word ("...
+    Supported URI schemes are: ['', 'file', 'datab)") and said only "check the store"."""
+    from mlflow.tracking import MlflowClient
+
+    from ampbench.tracking import faults
+
+    with pytest.raises(Exception) as err:
+        MlflowClient(tracking_uri="bogus://x").search_experiments()
+    line = faults.describe(err.value, "bogus://x", None)
+    assert line and line.startswith("MLflow store bogus://x: not a kind of store MLflow knows ("), line
+    assert "set MLFLOW_TRACKING_URI to sqlite:///<path>.db" in line and "Supported URI schemes" not in line

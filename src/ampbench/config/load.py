@@ -20,6 +20,7 @@ from ampbench.config.strict import FIX, cut, parse_value, read_params, shown
 
 # The largest integer a setting may hold (a C long): beyond it no count makes sense.
 INT_LIMIT = 2**63 - 1
+MAX_PROBLEMS = 20  # lines of one configuration error
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -147,8 +148,9 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
     cfg = _build(Config, raw, "", problems)
     # Every field is well typed here, so the ranges run on all of them: all problems come out together.
     problems += config_rules.problems(cfg)
-    if problems:
-        lines = "\n  ".join(problems)
+    if problems:  # at most MAX_PROBLEMS lines: a file of 50,000 unknown keys is not 50,000 lines
+        more = len(problems) - MAX_PROBLEMS
+        lines = "\n  ".join(problems[:MAX_PROBLEMS] + ([f"... and {more:,} more"] if more > 0 else []))
         raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
     return cfg
 

@@ -33,7 +33,7 @@ class StaleMetricsError(ValueError):
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
-        "--variants", default="", help="comma-separated variant names (default: params.yaml's `variants:`)"
+        "--variants", default=None, help="comma-separated variant names (default: params.yaml's `variants:`)"
     )
     c.add_argument(
         "--allow-mixed",
@@ -47,7 +47,11 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.tracking import compare_runs, store
     from ampbench.tracking.tracker import Tracker
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    variants = [v.strip() for v in (args.variants or "").split(",") if v.strip()]
+    if args.variants is not None and not variants:
+        raise ConfigError(f"--variants {args.variants!r} names no variant; leave it out for the study's")
+    if repeated := sorted({v for v in variants if variants.count(v) > 1}):
+        raise ConfigError(f"--variants: {', '.join(repeated)} named twice; name each variant once")
     variants = variants or study_variants(args.params)  # dvc.yaml's matrix
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:

@@ -42,12 +42,14 @@ def log_aggregates(tracker, run_id: str, summary: dict, curves: list[dict]) -> N
     by_epoch: dict[int, list[dict]] = {}
     for row in curves:
         by_epoch.setdefault(int(row["epoch"]), []).append(row)
+    means: dict = {}
     for epoch, rows in sorted(by_epoch.items()):
         means = {k: statistics.fmean(r[k] for r in rows) for k in CURVE_KEYS if all(k in r for r in rows)}
         tracker.log_metrics(run_id, means, step=epoch)
     last = max(by_epoch, default=0)
     present = [k for k in SUMMARISED if summary.get(k) is not None and summary[k] == summary[k]]  # not NaN
-    values = {k: summary[k] for k in present}
+    # a result the last epoch's curve point already holds (test_accuracy) is not logged twice
+    values = {k: summary[k] for k in present if means.get(k) != summary[k]}
     values.update({f"{k}_std": summary[f"{k}_std"] for k in present})
     values["diverged_runs"] = summary["diverged_runs"]
     tracker.log_metrics(run_id, values, step=last)

@@ -39,6 +39,13 @@ _SIGNS = (
     ("dropped", ("connection aborted", "remotedisconnected", "connection reset", "remote end closed"), ""),
     ("unresolved", ("name or service not known", "name resolution", "nodename nor servname"), ""),
     ("http", ("failed with error code",), ""),
+    ("scheme", ("got unsupported uri", "could not find a registered"), ""),
+)
+
+
+SCHEMES = (
+    "set MLFLOW_TRACKING_URI to sqlite:///<path>.db, a folder, or http(s)://<host>:<port> of a tracking "
+    "server, or unset it (the repo's mlflow.db)"
 )
 
 
@@ -125,6 +132,8 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
             f"MLflow store {uri} cannot be written ({reason}): make {files} writable by this user, or "
             f"point MLFLOW_TRACKING_URI at another store; {rerun}"
         )
+    elif kind == "scheme":  # its first sentence: the list of schemes that follows is cut short
+        text = f"MLflow store {uri}: not a kind of store MLflow knows ({reason.split('. ')[0]}); {SCHEMES}"
     else:
         text = (
             f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
