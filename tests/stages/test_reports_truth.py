@@ -174,6 +174,12 @@ def test_compare_refuses_mixed_settings_in_one_line_and_labels_them_when_allowed
     assert not (project / "reports" / "comparison.md").exists()
     run_cli(project, *args, "--allow-mixed")
     assert "MIXED SETTINGS" in (project / "reports" / "comparison.md").read_text()
+    # and in what `dvc metrics show` / `dvc exp show` print (hostile pass: only the table said so)
+    for variant in PAIR:
+        assert json.loads((project / "reports" / "answer" / f"{variant}.json").read_text())["Mixed"] is True
+    assert json.loads((project / "reports" / "summary.json").read_text())["mixed_settings"] is True
+    run_cli(project, "compare", "--variants", PAIR[0])  # one variant: one configuration, no label
+    assert "Mixed" not in json.loads((project / "reports" / "answer" / f"{PAIR[0]}.json").read_text())
 
 
 @pytest.mark.slow  # `python -m ampbench compare`: MLflow's imports, a store

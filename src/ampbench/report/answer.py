@@ -76,14 +76,16 @@ def _write_csv(path: Path, fields: list[str], records: list[dict]) -> None:
         writer.writerows(records)
 
 
-def write(rows: list[dict], curves_dir: Path, out_dir: Path) -> None:
-    """The answer files for `rows` (report/compare.summarize) under out_dir (reports/)."""
+def write(rows: list[dict], curves_dir: Path, out_dir: Path, mixed: bool = False) -> None:
+    """The answer files for `rows` (report/compare.summarize) under out_dir (reports/). ``mixed``
+    (compare --allow-mixed over variants trained differently): each metrics file says so in a
+    column of its own, ``Mixed: true``, so that `dvc metrics show` shows what the table says."""
     answer, views = out_dir / ANSWER_DIR, out_dir / VIEWS_DIR
     for folder in (answer, views):  # a variant dropped from the study leaves no stale file
         shutil.rmtree(folder, ignore_errors=True)
     answer.mkdir(parents=True)
     for row in rows:
-        text = json.dumps(answer_metrics(row), indent=1) + "\n"
+        text = json.dumps({**({"Mixed": True} if mixed else {}), **answer_metrics(row)}, indent=1) + "\n"
         (answer / f"{row['variant']}.json").write_text(text, encoding="utf-8")
     speedups = [{"variant": r["variant"], "speedup": _rounded(r["speedup"], 2)} for r in rows]
     speedups = [s for s in speedups if s["speedup"] is not None]

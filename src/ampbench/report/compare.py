@@ -160,7 +160,9 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
     return title + "\n".join(lines) + "\n\n" + check + "\n" + note
 
 
-def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "") -> list[dict]:
+def compare(
+    metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "", mixed: bool = False
+) -> list[dict]:
     records = {}
     for v in variants:
         f = metrics_dir / f"{v}.json"
@@ -176,7 +178,8 @@ def compare(metrics_dir: Path, variants: list[str], out_dir: Path, notice: str =
         writer.writerows(rows)
     chart(rows, out_dir / "comparison.png", notice)
     (out_dir / "summary.json").write_text(
-        json.dumps(summary_metrics(rows), indent=1) + "\n", encoding="utf-8"
+        json.dumps({**({"mixed_settings": True} if mixed else {}), **summary_metrics(rows)}, indent=1) + "\n",
+        encoding="utf-8",
     )
     return rows
 

@@ -67,8 +67,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if gone := runs_not_in(tracker, records):  # a store replaced or deleted since evaluate
         raise StaleMetricsError(gone)
     with outputs.staged(REPORTS_DIR, whole=(answer.ANSWER_DIR, answer.VIEWS_DIR)) as staging:
-        rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice)
-        answer.write(rows, REPORTS_DIR / "plots" / "curves", staging)
+        rows = compare.compare(REPORTS_DIR / "metrics", variants, staging, notice, mixed=bool(label))
+        answer.write(rows, REPORTS_DIR / "plots" / "curves", staging, mixed=bool(label))
     log.debug(
         "%s", (REPORTS_DIR / "comparison.md").read_text(encoding="utf-8")
     )  # the terminal gets the answer only
