@@ -29,9 +29,10 @@ import argparse
 import importlib
 import logging
 import os
+import resource
 import sys
 
-from ampbench import cli_options
+from ampbench import cli_options, interrupts
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
 
@@ -136,18 +137,18 @@ def main(argv: list[str] | None = None) -> int:
         if fault := unreadable_folder():
             raise ConfigError(fault)
         cfg = load_config(args.params, all_overrides(args))
-        return command_module(args.command).main(cfg, args, argv)
+        with interrupts.noted():
+            code = command_module(args.command).main(cfg, args, argv)
+            interrupts.check()  # a Ctrl-C swallowed on its way: the command did not do what it was asked
+        return code
     except ConfigError as err:
         log.error("%s", err)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        # outside a train stage's own stop handling (which saves and says how to resume)
-        log.error(
-            "interrupted (Ctrl-C): `ampbench %s` stopped before it finished; run the same command again",
-            args.command,
-        )
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # outside a train stage's own stop handling (it saves, says how to resume)
+        return _interrupted(args.command)
     except Exception as err:
+        if interrupts.came:  # what a swallowed Ctrl-C broke (a half-made import): a stop, not a fault
+            return _interrupted(args.command)
         kinds = {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
         if STOPPED in kinds:
             log.error("%s", err)
@@ -192,13 +193,49 @@ def debugging(args) -> bool:
     return bool(args.verbose) or os.environ.get("AMPBENCH_DEBUG", "") not in ("", "0")
 
 
+def _interrupted(command: str) -> int:
+    log.error(
+        "interrupted (Ctrl-C): `ampbench %s` stopped before it finished; run the same command again", command
+    )
+    return EXIT_INTERRUPTED
+
+
 def _fault_line(err: BaseException) -> str | None:
     """One line for a full disk, a broken MLflow store or a path this user may not write (the last
     resort: the stages check what they can before any work) anywhere in err's chain, else None."""
     from ampbench.tracking import faults, store  # import neither MLflow nor torch
 
     fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)
-    return str(fault) if fault else None
+    return str(fault) if fault else _out_of_memory(err)
+
+
+def _out_of_memory(err: BaseException) -> str | None:
+    """One line for a library that could not even be loaded for want of memory: under a tight
+    `ulimit -v` the loader fails to map torch's or scikit-learn's shared objects (hostile re-run:
+    an ImportError or MemoryError traceback) before any memory check of ours can run."""
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    if not any(
+        isinstance(e, MemoryError)
+        or "failed to map segment" in str(e)
+        or "cannot allocate memory" in str(e).lower()
+        for e in chain
+    ):
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    limit = (
+        f"the address-space limit (ulimit -v {soft // 1024} KiB)"
+        if soft != resource.RLIM_INFINITY
+        else "this machine"
+    )
+    return (
+        f"not enough memory to load the libraries this command needs ({type(chain[-1]).__name__}: "
+        f"{' '.join(str(chain[-1]).split())[:120]}): {limit} leaves too little for torch and its libraries "
+        "(a few GB of address space); raise it (`ulimit -v unlimited`) or free memory, then run it again"
+    )
 
 
 def all_overrides(args) -> list[str]:

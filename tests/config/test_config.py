@@ -408,3 +408,16 @@ def test_mlflow_run_takes_the_model_name():
         config.load_config(REPO / "params.yaml", cli.all_overrides(args)).model.name == "torchvision:resnet18"
     )
     assert "model (model.name" in (REPO / "MLproject").read_text()  # passed on as `--model <name>`
+
+
+def test_a_huge_data_setting_is_shortened_in_the_mismatch_line(tmp_path, monkeypatch):
+    """Hostile pass: `--set data.url=<100,000 characters>` gave one line of 100,243 bytes."""
+    from ampbench.stages import download
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "prepared").mkdir(parents=True)
+    _prepared_elsewhere(tmp_path)
+    cfg = load_config(Path(__file__).resolve().parents[2] / "params.yaml", ["data.url=/" + "a" * 100_000])
+    with pytest.raises(ConfigError) as err:
+        download.check_prepared(cfg)
+    assert "configured '/aaaa" in str(err.value) and len(str(err.value)) < 500, len(str(err.value))

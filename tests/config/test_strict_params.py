@@ -139,3 +139,10 @@ def test_thousands_of_unknown_keys_are_twenty_lines_and_a_count(tmp_path):
         load_config(path)
     lines = str(err.value).splitlines()
     assert len(lines) == 22 and lines[-1] == "  ... and 4,980 more", lines[-3:]
+
+
+def test_a_params_file_that_fails_to_read_is_one_line():
+    """Hostile pass: `--params /proc/self/mem` (EIO on read) gave a 23-line traceback."""
+    with pytest.raises(ConfigError) as err:
+        load_config(Path("/proc/self/mem"))
+    assert "params file /proc/self/mem: cannot be read (Input/output error)" in _one_line(err)

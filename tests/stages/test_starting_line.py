@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import time
 
+import pytest
+
+from ampbench.stages import starting
 from ampbench.stages.starting import StartingLine
 
 
@@ -37,3 +40,34 @@ def test_a_worker_of_rank_above_0_says_nothing(caplog):
     with StartingLine("ddp-fp32", seconds=0.1, on=False):
         time.sleep(0.3)
     assert _lines(caplog) == []
+
+
+class SlowArgs:
+    """What the stage reads first, slow to come (a loaded machine), then refused."""
+
+    params, overrides, allow_mixed = "params.yaml", [], False
+
+    @property
+    def variants(self) -> str:
+        time.sleep(0.6)
+        return "no-such-variant"
+
+    parallel = precision = None
+
+
+@pytest.mark.parametrize("stage", ["evaluate", "compare"])
+def test_evaluate_and_compare_say_it_too(stage, caplog, monkeypatch):
+    """Hostile re-run: under load, 31-32 s from DVC's "Running stage 'evaluate'" (and 'compare')
+    to their first line. Their work runs inside a StartingLine that says what they do."""
+    from ampbench.config import ConfigError
+    from ampbench.stages import compare, evaluate_main
+
+    module = {"evaluate": evaluate_main, "compare": compare}[stage]
+    monkeypatch.setattr(starting, "STARTING_S", 0.2)
+    caplog.set_level(logging.INFO)
+    logging.getLogger().addHandler(caplog.handler)
+    with pytest.raises((ConfigError, ValueError)):
+        module.main(None, SlowArgs(), [])
+    said = _lines(caplog)
+    assert len(said) == 1 and said[0].startswith(f"{stage}: starting ("), said
+    assert "opening the MLflow store" in said[0], said

@@ -22,6 +22,7 @@ from ampbench.config import COMPILE_MODES, Config, replace
 
 log = logging.getLogger(__name__)
 HELP = "measure training throughput, untracked"
+CPU_BATCH = 64  # the GPU's 512 / 8, as explain's CPU rungs
 
 
 def add_arguments(b: argparse.ArgumentParser) -> None:
@@ -31,23 +32,28 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--steps",
         type=at_least_one,
-        default=50,
-        help="timed steps per ceiling and dataloader window (pipeline: one epoch)",
+        default=None,
+        help="timed steps per ceiling and dataloader window (pipeline: one epoch); default: 50 GPU, 5 CPU",
     )
     b.add_argument(
         "--windows",
         type=at_least_one,
-        default=5,
-        help="timed windows per measure, reported as median and min-max",
+        default=None,
+        help="timed windows per measure, reported as median and min-max; default: 5 GPU, 3 CPU",
     )
-    b.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps")
+    b.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps; default: 10 GPU, 2 CPU")
     b.add_argument(
         "--workers",
         type=int,
         default=None,
         help="DataLoader workers for the reference; default: 8 (the tutorial's), at most the CPUs here",
     )
-    b.add_argument("--max-images", type=int, default=0, help="use the first N train images; 0: all")
+    b.add_argument(
+        "--max-images",
+        type=int,
+        default=None,
+        help="use the first N train images; 0: all; default: all GPU, 8 batches CPU (one short epoch)",
+    )
     b.add_argument(
         "--profile",
         type=int,
@@ -69,6 +75,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     modes = compile_modes(args.compile, cfg)
     throughput.check_benchmarkable(variants)
+    cpu_defaults(args, cfg)
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
     memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
@@ -105,6 +112,22 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     res["run_id"] = measurement_runs.record(cfg, "bench", res, out, params, metrics, write, suffixes)
     print(bench_markdown.to_markdown(res))
     return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
+
+
+def cpu_defaults(args, cfg: Config) -> None:
+    """The options not given: the GPU's, or on a CPU ones that keep each timed window to seconds
+    (hostile re-run: the GPU's 50 steps and full epochs at batch 512 left a CPU silent for minutes
+    a window; no line is printed inside a window). CPU figures say nothing about any GPU."""
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    args.steps = args.steps or (5 if cpu else 50)
+    args.windows = args.windows or (3 if cpu else 5)
+    args.warmup = (2 if cpu else 10) if args.warmup is None else args.warmup
+    if cpu and not args.batch_size:
+        args.batch_size = min(cfg.train.batch_size, CPU_BATCH)
+    if args.max_images is None:
+        args.max_images = 8 * (args.batch_size or cfg.train.batch_size) if cpu else 0
 
 
 def compile_modes(text: str, cfg: Config) -> list[str]:

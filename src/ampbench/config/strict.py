@@ -132,6 +132,8 @@ def read_params(path: Path) -> object:
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {FIX}")
         data = _read_at_most(fd, MAX_BYTES + 1)  # a file growing meanwhile, or a size /proc does not tell
+    except OSError as err:  # /proc/self/mem: EIO
+        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:

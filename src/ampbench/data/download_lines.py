@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from ampbench import interrupts
 from ampbench.data.errors import size_text
 from ampbench.data.rate_floor import RateFloor, Watcher
 
@@ -76,11 +77,14 @@ def counted(items: list, what: str, unit: str):
     every ``EVERY_S`` seconds saying how far it got ("extracting c.tar.gz: 23,000 of 60,022
     files"): extracting and decoding CIFAR-10 takes a minute on two cores, silent otherwise."""
     if _bar_drawn():
-        yield from items
+        for item in items:
+            interrupts.check()  # a Ctrl-C that an import or a C++ call-back swallowed stops here
+            yield item
         return
     log.info("%s: %s %s", what, f"{len(items):,}", unit)
     said = time.monotonic()
     for i, item in enumerate(items):
+        interrupts.check()
         if time.monotonic() - said >= EVERY_S:
             log.info("%s: %s of %s %s", what, f"{i:,}", f"{len(items):,}", unit)
             said = time.monotonic()

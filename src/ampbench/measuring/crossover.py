@@ -3,11 +3,14 @@ graph-replayed on CUDA) over batch sizes, and from which batch autocast pays 1.5
 
 from __future__ import annotations
 
+import logging
 import statistics
 
 from ampbench.config import replace
 from ampbench.measuring import kit
 from ampbench.measuring.rungs import precisions
+
+log = logging.getLogger(__name__)
 
 
 def measure(cfg, dataset: dict, strategy, batches_to_try: list[int], opts: dict) -> dict:
@@ -22,6 +25,8 @@ def measure(cfg, dataset: dict, strategy, batches_to_try: list[int], opts: dict)
         for name in precisions(device):
             row[name] = _ceiling(c, name, dataset, strategy, x, y, opts["steps"])
         rows.append(row)
+        said = ", ".join(f"{name} {row[name]:,.0f}" for name in precisions(device))
+        log.info("crossover batch %d: %s img/s", batch, said)  # a line per batch: minutes on a CPU
 
     def first(ratio: float) -> int | None:
         return next((r["batch"] for r in rows if r["autocast"] >= ratio * r["fp32"]), None)

@@ -20,6 +20,7 @@ from pathlib import Path
 from ampbench import outputs
 from ampbench.config import Config, ConfigError
 from ampbench.paths import MODELS_DIR, REPORTS_DIR
+from ampbench.stages.starting import StartingLine
 from ampbench.variants import VARIANTS, study_variants
 
 OUTPUTS = ("comparison.md", "comparison.csv", "comparison.png", "summary.json")
@@ -43,6 +44,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    with StartingLine("compare", doing="reading the variants' scores, opening the MLflow store"):
+        return _compare(cfg, args)
+
+
+def _compare(cfg: Config, args) -> int:
     from ampbench.report import answer, compare, mixed
     from ampbench.tracking import compare_runs, store
     from ampbench.tracking.tracker import Tracker

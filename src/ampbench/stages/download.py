@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ampbench.config import Config, ConfigError
+from ampbench.config.strict import shown
 from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE
 
 
@@ -58,7 +59,7 @@ def prepared_mismatch(cfg: Config) -> list[str]:
         return []  # prepared by hand or by an older version: nothing to compare
     made = json.loads(SOURCE_FILE.read_text(encoding="utf-8"))
     return [
-        f"{k}: prepared from {made.get(k, _ADDED_LATER.get(k))!r}, configured {v!r}"
+        f"{k}: prepared from {shown(made.get(k, _ADDED_LATER.get(k)))}, configured {shown(v)}"
         for k, v in data_source(cfg).items()
         if made.get(k, _ADDED_LATER.get(k)) != v
     ]

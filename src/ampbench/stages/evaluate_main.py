@@ -19,6 +19,7 @@ from ampbench.config import Config, ConfigError
 from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
 from ampbench.report import mixed
 from ampbench.stages.download import check_prepared
+from ampbench.stages.starting import StartingLine
 from ampbench.timing import StageClock
 from ampbench.variants import PARALLELS, PRECISIONS, VARIANTS, study_variants, variant_name
 
@@ -50,6 +51,11 @@ def chosen_variants(args) -> list[str]:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    with StartingLine("evaluate", doing="loading the models and the test set, opening the MLflow store"):
+        return _evaluate(cfg, args)
+
+
+def _evaluate(cfg: Config, args) -> int:
     variants = chosen_variants(args)
     check_prepared(cfg)  # before torch is imported: a refusal is immediate
     from ampbench.data import prepared

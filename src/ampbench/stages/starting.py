@@ -1,6 +1,7 @@
 """A line while a train stage starts: on a loaded machine the fork or imports, the data, the
 model and its warm-up steps can take over half a minute before the first progress line (hostile
-re-run: 32.6 s after DVC's "Running stage" on a 2-core machine running CI beside it).
+re-run: 32.6 s after DVC's "Running stage" on a 2-core machine running CI beside it). The evaluate
+and compare stages use it too (hostile re-run: 31-32 s before their first line under load).
 
 ``StartingLine`` logs one line ``STARTING_S`` seconds into the stage (half the 30 s a user waits
 before wondering) unless the stage said something first (any ampbench line at INFO or above:
@@ -15,17 +16,21 @@ import logging
 import threading
 import time
 
+TRAINING = "loading the data, building the model, timing its first steps"
 STARTING_S = 15.0  # a fault found in the first seconds (a store that does not answer: ~10 s) stays one line
 
 log = logging.getLogger(__name__)
 
 
 class StartingLine(logging.Filter):
-    def __init__(self, variant: str, seconds: float = STARTING_S, on: bool = True) -> None:
-        """``on``: False for a DDP worker of rank > 0 (rank 0 speaks for the stage)."""
+    def __init__(
+        self, variant: str, seconds: float | None = None, on: bool = True, doing: str = TRAINING
+    ) -> None:
+        """``on``: False for a DDP worker of rank > 0 (rank 0 speaks for the stage); ``doing``: what
+        the stage does meanwhile (evaluate and compare say their own)."""
         super().__init__()
-        self.variant, self.t0, self.on = variant, time.monotonic(), on
-        self.timer = threading.Timer(seconds, self._say)
+        self.variant, self.t0, self.on, self.doing = variant, time.monotonic(), on, doing
+        self.timer = threading.Timer(STARTING_S if seconds is None else seconds, self._say)
         self.timer.daemon = True
         self.handlers = list(logging.getLogger().handlers)
 
@@ -48,8 +53,4 @@ class StartingLine(logging.Filter):
         return True
 
     def _say(self) -> None:
-        log.info(
-            "%s: starting (%.0f s so far): loading the data, building the model, timing its first steps",
-            self.variant,
-            time.monotonic() - self.t0,
-        )
+        log.info("%s: starting (%.0f s so far): %s", self.variant, time.monotonic() - self.t0, self.doing)

@@ -1,0 +1,36 @@
+"""Under a `ulimit -v` too tight to load torch at all, a command says so in one line (hostile
+re-run: an ImportError traceback, "libtorch_cpu.so: failed to map segment from shared object")."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env
+
+LIMIT = 2_000_000 * 1024  # `ulimit -v 2000000`: torch's libraries do not fit
+
+
+@pytest.mark.slow  # `python -m ampbench` in a subprocess
+def test_a_limit_too_tight_to_load_torch_is_one_line(project: Path):
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampbench", "train", "--parallel", "single", "--precision", "fp32"],
+        cwd=project,
+        env=clean_env(AMPBENCH_WARM="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limited,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "not enough memory to load the libraries this command needs" in lines[0], lines[0]
+    assert "ulimit -v 2000000 KiB" in lines[0] and "raise it" in lines[0], lines[0]
