@@ -43,3 +43,19 @@ def forward_fails(num_classes: int) -> nn.Module:
             raise TypeError("forward() got an unexpected keyword")
 
     return Broken()
+
+
+def fails_at_real_batch(num_classes: int) -> nn.Module:
+    """Passes the factory's 2-image dry forward, then fails on the first real batch."""
+
+    class Late(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_model(num_classes)
+
+        def forward(self, images):
+            if images.shape[0] > 2:
+                raise RuntimeError("only fails at a real batch")
+            return self.net(images)
+
+    return Late()

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
         logging.getLogger("torch").setLevel(logging.WARNING)
+    cfg = None
     try:
         if fault := unreadable_folder():
             raise ConfigError(fault)
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if kinds & EXPECTED_ERRORS:
             log.error("%s", err)
             return EXIT_ERROR
-        line = _fault_line(err)
+        line = _fault_line(err) or (cfg and _user_code_line(err, cfg.model.name))
         if line:
             log.error("%s", line)
             return EXIT_ERROR
@@ -191,6 +192,27 @@ def _printable_output() -> None:
 def debugging(args) -> bool:
     """--debug / -v, or AMPBENCH_DEBUG set (not 0): show tracebacks instead of one-line errors."""
     return bool(args.verbose) or os.environ.get("AMPBENCH_DEBUG", "") not in ("", "0")
+
+
+def _user_code_line(err: BaseException, model_name: str) -> str | None:
+    """One line for a fault raised under the user's own model code (model.name's module, or its
+    top package), naming its deepest line there (hostile re-run: a model whose forward fails only
+    at the real batch size gave a 68-line traceback)."""
+    import traceback
+
+    top = sys.modules.get(model_name.partition(":")[0].split(".")[0]) if ":" in model_name else None
+    where = getattr(top, "__file__", None)
+    if not where or model_name.startswith("torchvision:"):
+        return None
+    mine = os.path.dirname(where) + os.sep if os.path.basename(where) == "__init__.py" else where
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        if frame.filename.startswith(mine):
+            return (
+                f"{type(err).__name__} in your code, {frame.filename}:{frame.lineno} ({frame.name}): "
+                f"{' '.join(str(err).split())[:200]}; fix it there (model.name's module) and run the "
+                "same command again; --debug shows the traceback"
+            )
+    return None
 
 
 def _interrupted(command: str) -> int:
