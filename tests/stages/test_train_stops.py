@@ -224,7 +224,8 @@ def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
     assert log.count("SIGTERM received") == 2
     assert "[rank 0] ampbench.stages.train_main: stopped at epoch" in log
     assert "To resume, run the same command again: ampbench train --parallel ddp" in log
-    assert "closing signal" not in log  # torchrun's line per worker: their own stop lines say it
+    for note in ("closing signal", "death signal", "OMP_NUM_THREADS"):  # torchrun's: our lines say it
+        assert note not in log, log
     saved = load_pt(ckpt)
     assert saved["step"] > 0  # the stop saved a checkpoint (epoch-end saves have step 0)
     assert run_status(proj, saved["run_id"]) == "KILLED"

@@ -62,9 +62,13 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
     n = worker_count(cfg)
     args = ["--standalone", f"--nproc-per-node={n}", "--max-restarts=0", "-m", "ampbench", *argv]
     log.debug("launching %d DDP worker(s): torchrun %s", n, " ".join(args))
-    if not log.isEnabledFor(logging.DEBUG):  # its "Sending process N closing signal SIGTERM" per
-        # worker at a stop: each worker's own stop line says it (--verbose keeps them)
-        logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.ERROR)
+    if not log.isEnabledFor(logging.DEBUG):  # --verbose keeps them
+        # torchrun's notes: "Setting OMP_NUM_THREADS ..." at each start, "Received 15 death signal"
+        # and "Sending process N closing signal SIGTERM" per worker at a stop (each worker's own
+        # stop line says it)
+        for name in ("multiprocessing.api", "agent.server.api"):
+            logging.getLogger(f"torch.distributed.elastic.{name}").setLevel(logging.ERROR)
+        logging.getLogger("torch.distributed.run").setLevel(logging.ERROR)
     # The agent installs handlers for these and never puts ours back.
     handlers = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)

@@ -76,7 +76,7 @@ def build(cfg: ModelConfig, num_classes: int, image_size: int = ALEXNET_SIZE, st
 def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -> nn.Module:
     try:
         net = factory(num_classes)
-    except Exception as err:  # noqa: BLE001 - the user's code, named in one line (--debug: traceback)
+    except (Exception, SystemExit) as err:  # the user's code (sys:exit too), named in one line
         raise ConfigError(
             f"model.name: {name}({num_classes}) raised {type(err).__name__}: "
             f"{' '.join(str(err).split())[:200]}; a factory takes the class count and returns a "
