@@ -6,17 +6,15 @@ never a torn file; temps of writers that died are removed by the next writer. Ch
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 import torch
 
+from ampbench import interrupts
 from ampbench.processes import alive
 
 
@@ -50,7 +48,7 @@ def atomic_save(obj: object, path: Path) -> None:
     remove_stale_temps(path)
     tmp = path.with_name(temp_name(path))
     try:
-        with open(tmp, "wb") as f, _ctrl_c_after():
+        with open(tmp, "wb") as f, interrupts.held():  # torch's writer calls write() from C++
             try:
                 torch.save(obj, f)
             except RuntimeError as err:  # torch's own writer hides ENOSPC: see _full
@@ -68,27 +66,6 @@ def atomic_save(obj: object, path: Path) -> None:
     except BaseException:  # also Ctrl-C or a serializer error mid-write: no temp file left
         tmp.unlink(missing_ok=True)
         raise
-
-
-@contextlib.contextmanager
-def _ctrl_c_after():
-    """A Ctrl-C during the block raises its KeyboardInterrupt when the block ends. torch.save's zip
-    writer calls the file's write() from C++: a KeyboardInterrupt raised there aborted the process
-    (pybind11's error_already_set: SIGABRT) or was swallowed, the save going on as if none came
-    (hostile re-run: a `make run` that ignored Ctrl-C during the download stage)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread runs Python's signal handlers
-        return
-    came: list[int] = []
-    before = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-    if came and callable(before):
-        before(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt here
-    elif came and before == signal.SIG_DFL:
-        os.kill(os.getpid(), signal.SIGINT)
 
 
 # Less than this left after a failed write (the partial temp file still there) means it failed for

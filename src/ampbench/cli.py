@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(fault)
         cfg = load_config(args.params, all_overrides(args))
         with interrupts.noted():
+            if args.command in WARM_COMMANDS:  # torch's import runs Python from C++: a Ctrl-C waits
+                with interrupts.held():
+                    import torch  # noqa: F401
             code = command_module(args.command).main(cfg, args, argv)
             interrupts.check()  # a Ctrl-C swallowed on its way: the command did not do what it was asked
         return code

@@ -11,6 +11,7 @@ ended. A stage with its own stop handling (train) replaces the handler with its 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -39,6 +40,28 @@ def _on_sigint(signum, frame) -> None:
     global came
     came = True
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held():
+    """Within (main thread): a Ctrl-C waits, then is delivered on leaving to the handler that was
+    there (Python's raises KeyboardInterrupt; a train stage's sets its stop flag). For code that
+    runs Python from C++, where a KeyboardInterrupt aborts the process (pybind11's
+    error_already_set: SIGABRT) or vanishes: torch's import, torch.save's writer (hostile re-run:
+    Ctrl-C in the download stage aborted it, or was ignored and the study trained on)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs Python's signal handlers
+        return
+    arrived: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if arrived and callable(before):
+        before(signal.SIGINT, None)
+    elif arrived and before == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def check() -> None:
