@@ -153,10 +153,10 @@ def evaluate_variant(
         clock.mark("scores")
         if tracker is not None:
             scorer = Scorer(model, flip)
-            evaluate_runs.log_seed(
+            if evaluate_runs.log_seed(
                 tracker, log_model, data_ref, clock, path, saved, scorer, images[:2], scored, classes
-            )
-            variant_runs.add(saved.variant_run_id)
+            ):
+                variant_runs.add(saved.variant_run_id)
         per_seed.append(_seed_row(seed, saved, scored[0]))
         curves += [{"seed": seed, **h} for h in saved.history]
         pairs = zip(labels.tolist(), preds.tolist())  # DVC confusion template: a row per sample, first seed

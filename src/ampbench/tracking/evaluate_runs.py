@@ -34,6 +34,7 @@ def aggregates(per_seed: list[dict]) -> dict:
     return out
 
 
+EVALUATED_KEY = "f1_macro"  # a score only evaluate logs: its seed run was scored at that step
 CURVE_KEYS = ("train_loss", "train_accuracy", "test_accuracy", "epoch_images_per_second", "skipped_steps")
 
 
@@ -164,20 +165,27 @@ def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Pat
 def log_seed(
     tracker, mode: str, data_ref, clock, path: Path, saved: ModelFile, scorer, example, scored, classes
 ):
-    """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data."""
+    """Into the seed's run: its model (``tracking.log_model``), scores, confusion matrix, test data;
+    False (nothing logged) where the run holds them already: an evaluate re-run for another
+    variant's sake scores this unchanged model again (hostile re-run: every metric of every
+    variant not retrained was logged once more per evaluate)."""
     run_id, variant, seed = saved.run_id, saved.variant, saved.seed
+    step = len(saved.history)  # the last epoch's: no extra point at step 0 on the per-epoch curves
+    if step in tracker.logged_steps(run_id, EVALUATED_KEY):
+        return False
     model_id = _log_model(tracker, run_id, mode, f"{variant}-seed-{seed}", path, saved, scorer, example)
     clock.mark("model_logging")
     metrics, cm, report = scored
-    step = len(saved.history)  # the last epoch's: no extra point at step 0 on the per-epoch curves
     log_to_run(tracker, run_id, step, f"{variant} seed {seed}", metrics, cm, report, classes, model_id)
     if data_ref:
         tracker.log_dataset(run_id, "cifar10-test", data_ref["digest"], data_ref["source"], "evaluation")
     clock.mark("logging")
+    return True
 
 
 def log_variant(tracker, variant: str, variant_runs: set, summary: dict, curves: list, clock) -> None:
-    """Into the variant's run: mean and std over seeds, the mean curves, this stage's time breakdown."""
+    """Into the variant's run: mean and std over seeds, the mean curves, this stage's time breakdown.
+    ``variant_runs``: those of seeds newly scored (none: the run holds all this already)."""
     for variant_run in variant_runs:
         log_aggregates(tracker, variant_run, summary, curves)
     clock.mark("logging")
