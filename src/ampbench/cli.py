@@ -33,8 +33,13 @@ import resource
 import sys
 
 from ampbench import cli_options, interrupts
+from ampbench.chains import chain
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
+
+# Imported now, not when a fault happens: a command that ran out of memory (a tight `ulimit -v`)
+# can still say so in one line (hostile re-run: the fault path's own import failed, a second traceback).
+from ampbench.tracking import faults, store  # neither imports MLflow nor torch
 
 log = logging.getLogger("ampbench")
 
@@ -66,6 +71,10 @@ HELPERS = {
 # The commands that import torch: under `make run` they run in a fork of its warm server
 # (ampbench.warm); the others answer at once without it.
 WARM_COMMANDS = frozenset({"download", "train", "evaluate", "compare", *HELPERS})
+# Libraries a warm command loads before it starts, beside torch: one that does not fit in memory
+# fails in the first seconds with one line, not after the work (hostile re-run: compare under
+# `ulimit -v 3300000` failed at its late scipy import).
+LIBRARIES = {"evaluate": ("sklearn.metrics", "scipy.stats"), "compare": ("scipy.stats",)}
 
 # Errors that end a command with their message instead of a traceback (exit 1; --debug shows the
 # traceback), by (top-level package, class name): matching them imports nothing, and a class
@@ -141,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.noted():
             if args.command in WARM_COMMANDS:  # torch's import runs Python from C++: a Ctrl-C waits
                 with interrupts.held():
-                    import torch  # noqa: F401
+                    for library in ("torch", *LIBRARIES.get(args.command, ())):
+                        importlib.import_module(library)
             code = command_module(args.command).main(cfg, args, argv)
             interrupts.check()  # a Ctrl-C swallowed on its way: the command did not do what it was asked
         return code
@@ -162,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         if kinds & EXPECTED_ERRORS:
             log.error("%s", err)
             return EXIT_ERROR
-        line = _fault_line(err) or (cfg and _user_code_line(err, cfg.model.name))
+        try:
+            line = _fault_line(err) or (cfg and _user_code_line(err, cfg.model.name))
+        except MemoryError:  # so short of memory that even the line could not be made
+            line = OUT_OF_MEMORY
         if line:
             log.error("%s", line)
             return EXIT_ERROR
@@ -218,6 +231,13 @@ def _user_code_line(err: BaseException, model_name: str) -> str | None:
     return None
 
 
+OUT_OF_MEMORY_FIX = (
+    "leaves too little for torch and its libraries (a few GB of address space); raise it "
+    "(`ulimit -v unlimited`) or free memory, then run it again"
+)
+OUT_OF_MEMORY = f"out of memory: this machine or its address-space limit {OUT_OF_MEMORY_FIX}"
+
+
 def _interrupted(command: str) -> int:
     log.error(
         "interrupted (Ctrl-C): `ampbench %s` stopped before it finished; run the same command again", command
@@ -228,8 +248,6 @@ def _interrupted(command: str) -> int:
 def _fault_line(err: BaseException) -> str | None:
     """One line for a full disk, a broken MLflow store or a path this user may not write (the last
     resort: the stages check what they can before any work) anywhere in err's chain, else None."""
-    from ampbench.tracking import faults, store  # import neither MLflow nor torch
-
     fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)
     return str(fault) if fault else _out_of_memory(err)
 
@@ -238,16 +256,12 @@ def _out_of_memory(err: BaseException) -> str | None:
     """One line for a library that could not even be loaded for want of memory: under a tight
     `ulimit -v` the loader fails to map torch's or scikit-learn's shared objects (hostile re-run:
     an ImportError or MemoryError traceback) before any memory check of ours can run."""
-    chain, seen = [], set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        chain.append(err)
-        err = err.__cause__ or err.__context__
+    errors = list(chain(err))
     if not any(
         isinstance(e, MemoryError)
         or "failed to map segment" in str(e)
         or "cannot allocate memory" in str(e).lower()
-        for e in chain
+        for e in errors
     ):
         return None
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
@@ -257,9 +271,8 @@ def _out_of_memory(err: BaseException) -> str | None:
         else "this machine"
     )
     return (
-        f"not enough memory to load the libraries this command needs ({type(chain[-1]).__name__}: "
-        f"{' '.join(str(chain[-1]).split())[:120]}): {limit} leaves too little for torch and its libraries "
-        "(a few GB of address space); raise it (`ulimit -v unlimited`) or free memory, then run it again"
+        f"not enough memory to load the libraries this command needs ({type(errors[-1]).__name__}: "
+        f"{' '.join(str(errors[-1]).split())[:120]}): {limit} {OUT_OF_MEMORY_FIX}"
     )
 
 

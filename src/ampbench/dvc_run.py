@@ -42,6 +42,7 @@ import signal
 import sys
 
 from ampbench import dvc_guard, processes
+from ampbench.chains import chain
 from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
@@ -70,10 +71,7 @@ UP_TO_DATE = "Data and pipelines are up to date."
 
 def _messages(record: logging.LogRecord) -> str:
     """The record's message and its exception chain, as DVC prints them joined."""
-    parts, exc = [record.getMessage()], record.exc_info[1] if record.exc_info else None
-    while exc is not None:
-        parts.append(str(exc))
-        exc = exc.__cause__ or exc.__context__
+    parts = [record.getMessage(), *map(str, chain(record.exc_info[1] if record.exc_info else None))]
     return ": ".join(p for p in parts if p)
 
 
@@ -196,14 +194,7 @@ def _quiet_ui() -> None:
 
 def _interrupted(err: BaseException) -> bool:
     """Whether a KeyboardInterrupt is in err's chain (its cause or the exception it interrupted)."""
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(isinstance(e, KeyboardInterrupt) for e in chain(err))
 
 
 def signal_own_stages(signum: int) -> None:

@@ -34,3 +34,39 @@ def test_a_limit_too_tight_to_load_torch_is_one_line(project: Path):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "not enough memory to load the libraries this command needs" in lines[0], lines[0]
     assert "ulimit -v 2000000 KiB" in lines[0] and "raise it" in lines[0], lines[0]
+
+
+# Raises, for the named top-level packages, what a loader out of address space raises: torch loads,
+# the command's later libraries do not (hostile re-run: `ulimit -v 3300000` under compare).
+BLOCKED_IMPORTS = """
+import sys
+from ampbench import cli
+
+class OutOfMemory:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "scipy":
+            raise ImportError("libscipy_openblas.so: failed to map segment from shared object")
+        if name.startswith("ampbench.tracking"):  # what the fault line needed to import, too
+            raise MemoryError()
+        return None
+
+sys.meta_path.insert(0, OutOfMemory())
+sys.argv[1:] = ["compare"]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.slow  # imports torch in a subprocess
+def test_a_library_that_does_not_fit_after_torch_is_one_line_at_the_start(project: Path):
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORTS],
+        cwd=project,
+        env=clean_env(AMPBENCH_WARM="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "not enough memory to load the libraries this command needs" in lines[0], lines[0]
+    assert "failed to map segment" in lines[0] and "compare" not in proc.stdout, lines[0]

@@ -33,7 +33,7 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         "--steps",
         type=at_least_one,
         default=None,
-        help="timed steps per ceiling and dataloader window (pipeline: one epoch); default: 50 GPU, 5 CPU",
+        help="timed steps per ceiling and dataloader window (pipeline: one epoch); default: 50 GPU, 4 CPU",
     )
     b.add_argument(
         "--windows",
@@ -52,7 +52,7 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         "--max-images",
         type=int,
         default=None,
-        help="use the first N train images; 0: all; default: all GPU, 8 batches CPU (one short epoch)",
+        help="use the first N train images; 0: all; default: all GPU, 4 batches CPU (one short epoch)",
     )
     b.add_argument(
         "--profile",
@@ -66,6 +66,14 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.measuring import pace
+    from ampbench.stages.starting import StartingLine
+
+    with StartingLine("bench", doing=STARTING), pace.watching():
+        return _bench(cfg, args)
+
+
+def _bench(cfg: Config, args) -> int:
     from ampbench.config.rules import CIFAR_CLASSES
     from ampbench.measuring import kit, throughput
     from ampbench.report import bench_markdown
@@ -81,10 +89,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
     strategy = kit.single_device()
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
-    measurement_runs.check_store(cfg, "bench", Path(args.out))
     outputs.check_folder(Path(args.out).parent, "bench report")  # before the measurement
     dataset = kit.dataset(args.max_images)
-    loader.check_batch(cfg.train.batch_size, dataset)  # before the measurement, too
+    loader.check_batch(cfg.train.batch_size, dataset)  # before MLflow's import, seconds on a loaded CPU
+    measurement_runs.check_store(cfg, "bench", Path(args.out))
     workers = min(8, len(os.sched_getaffinity(0))) if args.workers is None else args.workers
     log.info(
         "bench on %s: %s at batch %d%s, each warmed up, then %d timed windows; then the DataLoader "
@@ -114,6 +122,9 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
 
 
+STARTING = "loading torch and the data set, opening the MLflow store"
+
+
 def cpu_defaults(args, cfg: Config) -> None:
     """The options not given: the GPU's, or on a CPU ones that keep each timed window to seconds
     (hostile re-run: the GPU's 50 steps and full epochs at batch 512 left a CPU silent for minutes
@@ -121,13 +132,13 @@ def cpu_defaults(args, cfg: Config) -> None:
     import torch
 
     cpu = not torch.cuda.is_available()
-    args.steps = args.steps or (5 if cpu else 50)
+    args.steps = args.steps or (4 if cpu else 50)
     args.windows = args.windows or (3 if cpu else 5)
     args.warmup = (2 if cpu else 10) if args.warmup is None else args.warmup
     if cpu and not args.batch_size:
         args.batch_size = min(cfg.train.batch_size, CPU_BATCH)
     if args.max_images is None:
-        args.max_images = 8 * (args.batch_size or cfg.train.batch_size) if cpu else 0
+        args.max_images = 4 * (args.batch_size or cfg.train.batch_size) if cpu else 0
 
 
 def compile_modes(text: str, cfg: Config) -> list[str]:

@@ -54,7 +54,18 @@ def options(args, cuda: bool) -> dict:
     return opts
 
 
+STARTING = "loading torch and the data set, opening the MLflow store"
+
+
 def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.measuring import pace
+    from ampbench.stages.starting import StartingLine
+
+    with StartingLine("explain", doing=STARTING), pace.watching():
+        return _explain(cfg, args)
+
+
+def _explain(cfg: Config, args) -> int:
     # torch.profiler's Kineto prints "profiler_start/stop" per profile and, on a CPU, "ERROR ...
     # gpuGetDeviceCount failed": noise, not findings (level 6 silences both; the user's value wins)
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
@@ -68,8 +79,6 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     cuda = strategy.device.type == "cuda"
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
     outputs.check_folder(Path(args.out).parent, "explain report")  # before the measurement
-    if not args.rungs:  # a part of another explain records nothing
-        measurement_runs.check_store(cfg, "explain", Path(args.out))
     opts = options(args, cuda)
     dataset = kit.dataset(opts["max_images"])
     out, only = Path(args.out), [r for r in args.rungs.split(",") if r]
@@ -102,14 +111,17 @@ def main(cfg: Config, args, argv: list[str]) -> int:
 
 def plan(cfg: Config, args, strategy, dataset: dict, only: list[str]) -> list[int]:
     """The crossover's batches (those the data set holds); a rung's batch larger than the data set
-    refused; the plan said in one line, so a CPU's long first rung is not a silent wait."""
+    refused, then the MLflow store checked (its import takes seconds on a loaded CPU: a refusal of
+    the data comes first); the plan said in one line, so a CPU's long first rung is not a silent wait."""
     from ampbench.measuring import rungs
+    from ampbench.tracking import measurement_runs
 
     cuda = strategy.device.type == "cuda"
     ladder = [r for r in rungs.rung_configs(cfg, strategy.device) if not only or r[0] in only]
     batches = [32, 64, 128, 256, 512, 1024, 2048, 4096] if cuda else [8, 16, 32]
     batches = rungs.check_data(ladder, dataset, [] if only or args.no_crossover else batches)
-    if not only:
+    if not only:  # a part of another explain records nothing, says nothing of the whole
+        measurement_runs.check_store(cfg, "explain", Path(args.out))
         opts = options(args, cuda)
         log.info(
             "explain on %s: rungs %s-%s x %s, each %d windows of %d steps after a warm-up epoch%s; "

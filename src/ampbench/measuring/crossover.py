@@ -7,7 +7,7 @@ import logging
 import statistics
 
 from ampbench.config import replace
-from ampbench.measuring import kit
+from ampbench.measuring import kit, pace
 from ampbench.measuring.rungs import precisions
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ def measure(cfg, dataset: dict, strategy, batches_to_try: list[int], opts: dict)
         y = dataset["train_labels"][:batch].to(device)
         row = {"batch": batch}
         for name in precisions(device):
+            pace.between("crossover batch %d: timing %s", batch, name)
             row[name] = _ceiling(c, name, dataset, strategy, x, y, opts["steps"])
         rows.append(row)
         said = ", ".join(f"{name} {row[name]:,.0f}" for name in precisions(device))

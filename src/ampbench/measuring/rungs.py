@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ampbench.config import ConfigError, replace
-from ampbench.measuring import kit
+from ampbench.measuring import kit, pace
 from ampbench.report import selfcheck
 from ampbench.training import loader, measure
 
@@ -96,7 +96,7 @@ def rung_configs(cfg, device: torch.device) -> list[tuple[str, str, object]]:
 
 
 def _windows(
-    step, batches, steps: int, windows: int, warmup: int, device, energy
+    step, batches, steps: int, windows: int, warmup: int, device, energy, what: str
 ) -> tuple[list, float | None]:
     """Seconds per step of each window, and the joules of the windows alone (None unmeasured):
     each window within one epoch, its first batch fetched before the clock starts (DataLoader
@@ -106,6 +106,7 @@ def _windows(
         for b in itertools.islice(batches.epoch(first), steps):
             step(*b)
         first += 1
+        pace.between("%s: warm-up epoch %d of %d done", what, first, warmup)
     out, joules = [], 0.0
     for w in range(windows):
         epoch = batches.epoch(first + w)
@@ -117,6 +118,7 @@ def _windows(
         j1 = energy.joules()
         joules = None if joules is None or j0 is None or j1 is None else joules + j1 - j0
         epoch.close()
+        pace.between("%s: window %d of %d timed", what, w + 1, windows)
     return out, joules
 
 
@@ -143,16 +145,20 @@ def _profile(step, batches, steps: int, device) -> tuple[float, float]:
     return min(1.0, busy_us / 1e6 / wall), syncs / len(todo)
 
 
-def measure_cell(cfg, name: str, dataset: dict, strategy, energy, flops: float, opts: dict) -> dict:
-    """One rung x precision: its windows, profile, memory and energy."""
+def measure_cell(
+    cfg, name: str, dataset: dict, strategy, energy, flops: float, opts: dict, rung: str = ""
+) -> dict:
+    """One rung x precision (`name`): its windows, profile, memory and energy."""
     device, t = strategy.device, cfg.train
     step, facts = kit.trainer(cfg, f"single-{name}", dataset, strategy)
     batches = loader.make(t.loader, dataset, t.batch_size, strategy, 0, t.workers)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    what = f"{rung} {name}"  # as its line says it: "R4 autocast"
     per_step, joules = _windows(
-        step, batches, opts["steps"], opts["windows"], opts["warmup_epochs"], device, energy
+        step, batches, opts["steps"], opts["windows"], opts["warmup_epochs"], device, energy, what
     )
+    pace.between("%s: profiling %d steps", what, opts["profile_steps"])
     busy, syncs = _profile(step, batches, opts["profile_steps"], device)
     ips = [t.batch_size / s for s in per_step]
     images = t.batch_size * min(opts["steps"], len(batches)) * opts["windows"]
@@ -197,7 +203,7 @@ def measure_rung(name: str, what: str, cfg, dataset: dict, strategy, energy, opt
     flops = kit.train_flops_per_image(cfg, len(dataset["classes"]))
     cells = []
     for p in precisions(strategy.device):  # a line after each: a CPU cell takes a quarter minute
-        cells.append(measure_cell(cfg, p, dataset, strategy, energy, flops, opts))
+        cells.append(measure_cell(cfg, p, dataset, strategy, energy, flops, opts, rung=name))
         log.info(
             "%s %s: %s img/s (median of %d windows)",
             name,

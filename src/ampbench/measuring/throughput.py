@@ -24,11 +24,11 @@ from __future__ import annotations
 import itertools
 import logging
 import statistics
-import time
 
 import torch
 
 from ampbench.config import replace
+from ampbench.measuring import pace
 from ampbench.measuring.kit import epochs, seconds, train_flops_per_image, trainer, warm_steps
 from ampbench.report import selfcheck
 from ampbench.training import loader, measure, parallel, precision
@@ -36,7 +36,6 @@ from ampbench.training.study_cost import fmt_duration
 from ampbench.variants import split_name
 
 log = logging.getLogger(__name__)
-LINE_EVERY_S = 20.0  # a line between windows when this long passed since the last one (a CPU's epoch)
 
 
 class Measure:
@@ -105,14 +104,17 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
     precision.disable_tf32()
     batch = cfg.train.batch_size
     pipe_step, facts = trainer(cfg, variant, dataset, strategy)
+    pace.between("%s: building its second trainer", variant)
     ceil_step, ceil_facts = trainer(cfg, variant, dataset, strategy)
     batches = loader.make("device", dataset, batch, strategy, 0, 0)
+    pace.between("%s: warming up", variant)
     # Warm-up, outside the windows: the real loop on the first epoch(s), then the bare step on
     # one fixed batch. Both trainers are ready (graphs captured) before the first window.
     warm = warm_steps(pipe_step, warmup)
     it = epochs(batches, 0)
     pipe = Measure("pipeline", variant, facts, seconds(lambda: pipe_step(*next(it)), warm, device))
     it.close()  # frees the rest of its epoch's augmented images
+    pace.between("%s: warming up the bare step", variant)
     first_epoch = -(-warm // len(batches))  # windows start on a fresh epoch
     # A batch of an epoch no window trains on; cloned so the rest of that epoch can be freed.
     x, y = (t.clone() for t in next(batches.epoch(first_epoch + windows)))
@@ -128,14 +130,12 @@ def measure_variant(cfg, variant, dataset, steps, warmup, windows, profile_steps
         "%s: warmed up; timing %d windows of one epoch (%d steps) and of %d steps: about %s",
         variant, windows, len(batches), steps, about,
     )  # fmt: skip
-    said = time.monotonic()
     for w in range(windows):
         epoch = batches.epoch(first_epoch + w)  # a full epoch, its augmentation included
         pipe.window(lambda e=epoch: pipe_step(*next(e)), len(batches), device)
+        pace.between("%s: window %d of %d, pipeline timed", variant, w + 1, windows)
         ceil.window(fixed, steps, device)
-        if time.monotonic() - said > LINE_EVERY_S and w + 1 < windows:  # between windows only
-            log.info("%s: window %d of %d timed", variant, w + 1, windows)
-            said = time.monotonic()
+        pace.between("%s: window %d of %d timed", variant, w + 1, windows)
     prof = kernel_profile(fixed, profile_steps, device) if profile_steps else None
     return pipe, ceil, prof, strategy
 
@@ -165,6 +165,7 @@ def measure_dataloader(cfg, variant, dataset, strategy, steps, warmup, windows, 
         batches = itertools.chain([next(epoch)], epoch)
         m.window(lambda b=batches: step(*next(b)), min(steps, len(tl)), device)
         epoch.close()
+        pace.between("the DataLoader reference: window %d of %d timed", w + 1, windows)
     return m
 
 

@@ -15,6 +15,8 @@ import errno
 import os
 from pathlib import Path
 
+from ampbench.chains import chain
+
 # Top-level packages whose exceptions mean "the store failed" (matched by name: nothing imported).
 STORE_PACKAGES = {"mlflow", "sqlalchemy", "sqlite3", "alembic", "requests", "urllib3", "http"}
 
@@ -49,27 +51,15 @@ SCHEMES = (
 )
 
 
-def _chain(err: BaseException):
-    """err, its cause and its context, and theirs (a raise inside an except keeps both)."""
-    seen, todo = set(), [err]
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        todo += [e.__cause__, e.__context__]
-
-
 def _from_store(err: BaseException) -> bool:
-    return any(c.__module__.partition(".")[0] in STORE_PACKAGES for e in _chain(err) for c in type(e).__mro__)
+    return any(c.__module__.partition(".")[0] in STORE_PACKAGES for e in chain(err) for c in type(e).__mro__)
 
 
 def classify(err: BaseException) -> tuple[str, str] | None:
     """(kind, short reason) of a store fault in err's chain, or None if it is none."""
     if not _from_store(err):
         return None
-    texts = [f"{type(e).__name__}: {e}" for e in _chain(err)]
+    texts = [f"{type(e).__name__}: {e}" for e in chain(err)]
     for kind, phrases, reason in _SIGNS:
         for text in texts:
             low = text.lower()
@@ -265,7 +255,7 @@ def _comm(pid: int) -> str:
 
 def disk_full(err: BaseException) -> str | None:
     """One line for an OSError ENOSPC/EDQUOT anywhere in err's chain (naming its file), or None."""
-    for e in _chain(err):
+    for e in chain(err):
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             return (
                 f"{os.strerror(e.errno)}: could not write {e.filename or 'a file'}; free space on its "
@@ -282,7 +272,7 @@ REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR)
 
 def refused_write(err: BaseException) -> str | None:
     """One line for an OSError of ``REFUSALS`` anywhere in err's chain (naming its path), or None."""
-    for e in _chain(err):
+    for e in chain(err):
         if isinstance(e, OSError) and e.errno in (errno.EISDIR, errno.ENOTDIR) and e.filename:
             if e.errno == errno.EISDIR:
                 return f"{e.filename}: is a folder where a file goes: move it aside or remove it, then re-run"

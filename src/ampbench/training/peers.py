@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from ampbench.chains import chain
+
 # Words of a collective that failed because its peer is gone (gloo, NCCL, the c10d store).
 PEER_GONE = (
     "connection reset by peer",
@@ -30,16 +32,12 @@ def lost_peer(err: BaseException) -> str | None:
         return None
     import torch.distributed as dist
 
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in chain(err):
         text = str(current).lower()
         if isinstance(current, dist.DistError) or (
             isinstance(current, RuntimeError) and any(words in text for words in PEER_GONE)
         ):
             return _short(str(current))
-        current = current.__cause__ or current.__context__
     return None
 
 
