@@ -45,6 +45,16 @@ def forward_fails(num_classes: int) -> nn.Module:
     return Broken()
 
 
+def forward_runtime_error(num_classes: int) -> nn.Module:
+    """A forward that raises a RuntimeError of its own, nothing to do with the image size."""
+
+    class Broken(nn.Module):
+        def forward(self, images):
+            raise RuntimeError("the feature store is offline")
+
+    return Broken()
+
+
 def fails_at_real_batch(num_classes: int) -> nn.Module:
     """Passes the factory's 2-image dry forward, then fails on the first real batch."""
 

@@ -93,3 +93,12 @@ def unreadable_folder(cwd: str | None = None) -> str | None:
         "read: run with a UTF-8 locale (`export LC_ALL=C.UTF-8`) or `PYTHONUTF8=1`, or move the "
         "project to a path of ASCII characters"
     )
+
+
+def missing(path: Path) -> str:
+    """Why `path` is not there, for "<path> missing...": where a folder on its way is a file
+    (hostile re-run: reports/metrics as a file was reported as each variant's metrics missing)."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return f"missing: {parent} is a file, not a folder (move it away)"
+    return "missing"

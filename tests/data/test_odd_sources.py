@@ -31,6 +31,19 @@ def test_a_name_too_long_is_one_short_line(tmp_path):
     assert len(message) < 160 and "..." in message  # the 300 characters are not repeated
 
 
+def test_a_url_too_long_for_a_file_name_downloads_under_a_short_one(tmp_path):
+    """Hostile re-run: `data.url=http://x/<100,000 characters>` gave an OSError traceback ("File name
+    too long") before any byte was asked for; nothing listens on port 9, so the download fails
+    in one line, and the cache's name is one the filesystem takes."""
+    url = "http://127.0.0.1:9/" + "a" * 100_000 + ".tar.gz"
+    name = fetch.cache_name(url)
+    assert name.startswith("download-") and name.endswith(".tar.gz") and len(name) < 60
+    assert name != fetch.cache_name(url.replace("a", "b")) and name == fetch.cache_name(url)
+    assert fetch.cache_name("https://host/path/cifar-10-python.tar.gz") == "cifar-10-python.tar.gz"
+    with pytest.raises(fetch.DataError, match=r"could not download .*after 1 attempt"):
+        fetch.fetch(url, tmp_path, retries=1)
+
+
 def test_a_folder_and_a_file_still_pass(tmp_path):
     (tmp_path / "archive.tar.gz").write_bytes(b"x")
     assert fetch.fetch(str(tmp_path), tmp_path / "cache") == Path(tmp_path)

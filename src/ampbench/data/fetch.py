@@ -44,6 +44,7 @@ _LOCAL_COPY_FIX = (
     "`make run DATA=/path/to/cifar-10-python.tar.gz` or "
     "`mlflow run . -P data_url=/path/to/cifar-10-python.tar.gz`"
 )
+NAME_MAX = 200  # bytes of a downloaded file's name (filesystems take 255, its partial copy adds a suffix)
 RESUME_ENV = "AMPBENCH_RESUME_COMMAND"  # the command that started the pipeline (the Makefile sets it)
 
 
@@ -143,7 +144,7 @@ def fetch(
 
 def _download(url: str, cache_dir: Path, sha256: str, attempts: int, floor: Floor) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
-    final = cache_dir / (PurePosixPath(urllib.parse.urlparse(url).path).name or "download")
+    final = cache_dir / cache_name(url)
     # Without a checksum a cached copy can't be shown to be this URL's content: download again.
     if final.is_file() and _hashers(url, sha256) and not _verify_file(final, url, sha256):
         log.info("using cached %s (checksum ok)", final)
@@ -158,6 +159,18 @@ def _download(url: str, cache_dir: Path, sha256: str, attempts: int, floor: Floo
             if attempt < attempts:
                 time.sleep(_BACKOFF_S * attempt)
     raise DataError(f"could not download {_shown(url)} after {attempts} attempt(s): {error}; {error.fix}")
+
+
+def cache_name(url: str) -> str:
+    """The downloaded file's name: the URL's last path part, or where that is no file name this
+    filesystem takes (hostile re-run: a 100,000-character URL gave an OSError traceback, "File
+    name too long") a short one kept apart by the URL's digest, its archive suffix kept."""
+    name = PurePosixPath(urllib.parse.urlparse(url).path).name or "download"
+    if len(name.encode()) <= NAME_MAX and name not in (".", ".."):
+        return name
+    suffix = "".join(PurePosixPath(name).suffixes[-2:])
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return f"download-{digest}{suffix if len(suffix) <= 16 else ''}"
 
 
 def _slow_link_fix() -> str:

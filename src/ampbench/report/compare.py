@@ -21,6 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
+from ampbench.paths import missing
 from ampbench.report import selfcheck, stats
 from ampbench.report.chart import chart, energy_measured
 from ampbench.seed_result import SUMMARISED
@@ -167,7 +168,7 @@ def compare(
     for v in variants:
         f = metrics_dir / f"{v}.json"
         if not f.exists():
-            raise FileNotFoundError(f"{f} missing: run `ampbench evaluate` for {v} first")
+            raise FileNotFoundError(f"{f} {missing(f)}: run `ampbench evaluate` for {v} first")
         records[v] = json.loads(f.read_text(encoding="utf-8"))
     rows = summarize(records)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 
 from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config, ModelConfig
+from ampbench.paths import missing
 from ampbench.report import mixed
 from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs, store
@@ -142,7 +143,7 @@ def evaluate_variant(
     for seed in seeds:
         path = models_dir / variant / f"seed-{seed}" / "model.pt"
         if not path.exists():
-            raise FileNotFoundError(f"{path} missing: run `ampbench train` for {variant} first")
+            raise FileNotFoundError(f"{path} {missing(path)}: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
         clock.mark("load")

@@ -90,6 +90,19 @@ def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -
     return net
 
 
+# What torch's errors of a shape that does not fit say ("mat1 and mat2 shapes cannot be multiplied",
+# "Output size is too small", "Kernel size can't be greater than actual input size"): only these
+# blame the image size (hostile re-run: a forward's own RuntimeError was blamed on it).
+SHAPE_WORDS = ("shape", "size", "dimension")
+
+
+def _forward_fault(name: str, image_size: int, err: BaseException) -> str:
+    return (
+        f"model.name: {name}: its forward of 2 blank {image_size}x{image_size} images raised "
+        f"{type(err).__name__}: {' '.join(str(err).split())[:200]}; fix the model's forward"
+    )
+
+
 def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
     """One forward of two blank images (eval mode, no RNG drawn): logits (2, num_classes) or a
     ConfigError naming the model, the data's class count and image size."""
@@ -100,15 +113,14 @@ def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int
             out = model(torch.zeros(2, 3, image_size, image_size, dtype=torch.uint8))
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:300]
+        if not any(word in detail.lower() for word in SHAPE_WORDS):  # the user's own RuntimeError
+            raise ConfigError(_forward_fault(name, image_size, err)) from err
         raise ConfigError(
             f"model.name: {name} cannot take {image_size}x{image_size} images (data.image_size): "
             f"{detail}; set data.image_size to a size it takes (224 for ImageNet-shaped models)"
         ) from None
     except Exception as err:  # noqa: BLE001 - a fault in the user's forward, named in one line
-        raise ConfigError(
-            f"model.name: {name}: its forward of 2 blank {image_size}x{image_size} images raised "
-            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}; fix the model's forward"
-        ) from err
+        raise ConfigError(_forward_fault(name, image_size, err)) from err
     finally:
         model.train(was_training)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):

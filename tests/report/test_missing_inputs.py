@@ -1,0 +1,24 @@
+"""A report input that is not there says why: a folder on its way that is a file is named (hostile
+re-run: reports/metrics as a file read as "reports/metrics/single-fp32.json missing")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampbench.paths import missing
+from ampbench.report.compare import compare
+
+
+def test_a_file_where_the_metrics_folder_belongs_is_named(tmp_path: Path):
+    (tmp_path / "metrics").write_text("x", encoding="utf-8")
+    with pytest.raises(FileNotFoundError) as err:
+        compare(tmp_path / "metrics", ["single-fp32"], tmp_path / "out")
+    assert f"{tmp_path / 'metrics'} is a file, not a folder (move it away)" in str(err.value)
+
+
+def test_a_plainly_missing_file_says_missing(tmp_path: Path):
+    assert missing(tmp_path / "metrics" / "single-fp32.json") == "missing"
+    (tmp_path / "models").write_text("x", encoding="utf-8")
+    assert "models is a file, not a folder" in missing(tmp_path / "models" / "v" / "seed-0" / "model.pt")
