@@ -40,6 +40,12 @@ def command_starts() -> None:
     _command_start[:] = [time.perf_counter()]
 
 
+def command_age() -> float:
+    """Seconds since this command began: its process's start, or the later start that
+    ``command_starts`` or ``started_before`` set."""
+    return time.perf_counter() - _command_start[0] if _command_start else process_seconds()
+
+
 def started_before(seconds: float) -> None:
     """This process is a warm server's fork for a client that started ``seconds`` ago: start-ups
     count from the client's start, as they would have in a process of its own."""

@@ -71,3 +71,16 @@ def test_evaluate_and_compare_say_it_too(stage, caplog, monkeypatch):
     said = _lines(caplog)
     assert len(said) == 1 and said[0].startswith(f"{stage}: starting ("), said
     assert "opening the MLflow store" in said[0], said
+
+
+def test_the_line_counts_from_the_commands_start(caplog, monkeypatch):
+    """Hostile re-run: "starting (15 s so far)" came 23-25 s after the command started (its imports
+    were not counted)."""
+    from ampbench import timing
+
+    caplog.set_level(logging.INFO)
+    logging.getLogger().addHandler(caplog.handler)
+    monkeypatch.setattr(timing, "_command_start", [time.perf_counter() - 23.0])  # began 23 s ago
+    with StartingLine("evaluate", seconds=0.1):
+        time.sleep(0.4)
+    assert _lines(caplog) and _lines(caplog)[0].startswith("evaluate: starting (23 s so far)"), _lines(caplog)

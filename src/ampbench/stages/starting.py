@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+
+from ampbench.timing import command_age
 
 TRAINING = "loading the data, building the model, timing its first steps"
 STARTING_S = 15.0  # a fault found in the first seconds (a store that does not answer: ~10 s) stays one line
@@ -29,7 +30,7 @@ class StartingLine(logging.Filter):
         """``on``: False for a DDP worker of rank > 0 (rank 0 speaks for the stage); ``doing``: what
         the stage does meanwhile (evaluate and compare say their own)."""
         super().__init__()
-        self.variant, self.t0, self.on, self.doing = variant, time.monotonic(), on, doing
+        self.variant, self.on, self.doing = variant, on, doing
         self.timer = threading.Timer(STARTING_S if seconds is None else seconds, self._say)
         self.timer.daemon = True
         self.handlers = list(logging.getLogger().handlers)
@@ -53,4 +54,6 @@ class StartingLine(logging.Filter):
         return True
 
     def _say(self) -> None:
-        log.info("%s: starting (%.0f s so far): %s", self.variant, time.monotonic() - self.t0, self.doing)
+        # counted from the command's start, its imports included (hostile re-run: "15 s so far"
+        # came 23-25 s after the command was started on a loaded machine)
+        log.info("%s: starting (%.0f s so far): %s", self.variant, command_age(), self.doing)
