@@ -121,8 +121,9 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tupl
         ):
             try:
                 img = torchvision.io.decode_image(torchvision.io.read_file(path), mode=rgb)
-            except RuntimeError as exc:
-                raise DataError(f"cannot decode image {path}: {exc}") from exc
+            except RuntimeError as exc:  # torch's message starts with its C++ source path: not ours
+                why = str(exc).rsplit(".cpp:", 1)[-1].lstrip("0123456789, ").split(". ")[0]
+                raise DataError(f"cannot decode image {path}: {why}; re-save it or remove it") from exc
             if img.dtype != torch.uint8:
                 raise DataError(f"image {path} is {img.dtype}; need 8-bit (re-save it as 8-bit PNG or JPEG)")
             images[i] = resize.square(img, size)
