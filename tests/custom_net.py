@@ -55,7 +55,7 @@ def forward_runtime_error(num_classes: int) -> nn.Module:
     return Broken()
 
 
-def fails_at_real_batch(num_classes: int) -> nn.Module:
+def fails_at_real_batch(num_classes: int, error: type[Exception] = RuntimeError) -> nn.Module:
     """Passes the factory's 2-image dry forward, then fails on the first real batch."""
 
     class Late(nn.Module):
@@ -65,7 +65,12 @@ def fails_at_real_batch(num_classes: int) -> nn.Module:
 
         def forward(self, images):
             if images.shape[0] > 2:
-                raise RuntimeError("only fails at a real batch")
+                raise error("only fails at a real batch")
             return self.net(images)
 
     return Late()
+
+
+def value_error_at_real_batch(num_classes: int) -> nn.Module:
+    """As fails_at_real_batch, with a ValueError (an error ampbench also raises for its own faults)."""
+    return fails_at_real_batch(num_classes, ValueError)

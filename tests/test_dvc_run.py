@@ -101,3 +101,28 @@ def test_a_stage_killed_outright_says_what_is_kept_and_how_to_resume(tmp_path, s
         "or kill -9); its last checkpoint (at most train.checkpoint_every_s of training old) is kept, "
         "its MLflow runs stay RUNNING until the re-run resumes them. To resume: make run"
     ], done.stderr
+
+
+@pytest.mark.parametrize("resume", ["make run", ""])
+def test_a_stage_interrupted_under_make_run_is_said_once(monkeypatch, caplog, resume):
+    """Final pass G: a Ctrl-C in evaluate under `make run` gave two lines with two resume commands
+    ("run the same command again", then the pipeline's "To resume: make run")."""
+    import logging
+
+    from ampbench import cli
+
+    monkeypatch.setenv(dvc_run.RESUME_ENV, resume)
+    caplog.set_level(logging.ERROR)
+    assert cli._interrupted("evaluate") == 130
+    stage_line = caplog.records[-1].getMessage()
+    dvc_error = logging.LogRecord(
+        "dvc", logging.ERROR, __file__, 1, "failed to reproduce 'evaluate': failed to run: ampbench "
+        "evaluate, exited with 130", None, None,
+    )  # fmt: skip
+    quiet = dvc_run.Quiet()
+    quiet.filter(dvc_error)
+    if resume:
+        assert stage_line.endswith("the stages that finished are kept. To resume: make run"), stage_line
+        assert quiet.stage_said_it  # so the pipeline adds no second line
+    else:
+        assert stage_line.endswith("run the same command again") and not quiet.stage_said_it

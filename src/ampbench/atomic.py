@@ -48,21 +48,25 @@ def atomic_save(obj: object, path: Path) -> None:
     remove_stale_temps(path)
     tmp = path.with_name(temp_name(path))
     try:
-        with open(tmp, "wb") as f, interrupts.held():  # torch's writer calls write() from C++
+        # A Ctrl-C waits to the rename: torch's writer calls write() from C++, and a second Ctrl-C
+        # (a stop at once) that came during the save would end the process with the file written
+        # but not renamed (final pass G: the stop checkpoint lost, a 186 MB temp file left).
+        with interrupts.held():
+            with open(tmp, "wb") as f:
+                try:
+                    torch.save(obj, f)
+                except RuntimeError as err:  # torch's own writer hides ENOSPC: see _full
+                    if _full(tmp):
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err
+                    raise
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
             try:
-                torch.save(obj, f)
-            except RuntimeError as err:  # torch's own writer hides ENOSPC: see _full
-                if _full(tmp):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err
-                raise
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # make the rename itself durable
-        finally:
-            os.close(dir_fd)
+                os.fsync(dir_fd)  # make the rename itself durable
+            finally:
+                os.close(dir_fd)
     except BaseException:  # also Ctrl-C or a serializer error mid-write: no temp file left
         tmp.unlink(missing_ok=True)
         raise

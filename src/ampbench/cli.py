@@ -29,11 +29,9 @@ import argparse
 import importlib
 import logging
 import os
-import resource
 import sys
 
-from ampbench import cli_options, interrupts
-from ampbench.chains import chain
+from ampbench import address_space, cli_options, interrupts
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
 
@@ -71,6 +69,7 @@ HELPERS = {
 # The commands that import torch: under `make run` they run in a fork of its warm server
 # (ampbench.warm); the others answer at once without it.
 WARM_COMMANDS = frozenset({"download", "train", "evaluate", "compare", *HELPERS})
+LIGHT_COMMANDS = frozenset({"findings"})  # import no torch: any `ulimit -v` will do
 # Libraries a warm command loads before it starts, beside torch: one that does not fit in memory
 # fails in the first seconds with one line, not after the work (hostile re-run: compare under
 # `ulimit -v 3300000` failed at its late scipy import).
@@ -147,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         if fault := unreadable_folder():
             raise ConfigError(fault)
         cfg = load_config(args.params, all_overrides(args))
+        if args.command not in LIGHT_COMMANDS and (short := address_space.below_floor()):
+            log.error("%s", short)  # before torch: below it, torch's loading aborts in C++
+            return EXIT_ERROR
         with interrupts.noted():
             if args.command in WARM_COMMANDS:  # torch's import runs Python from C++: a Ctrl-C waits
                 with interrupts.held():
@@ -169,13 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_STOPPED
         if debugging(args):
             raise
-        if kinds & EXPECTED_ERRORS:
+        user_code = cfg and _user_code_line(err, cfg.model.name)  # a ValueError there: where it was
+        if kinds & EXPECTED_ERRORS and not user_code:
             log.error("%s", err)
             return EXIT_ERROR
-        try:
-            line = _fault_line(err) or (cfg and _user_code_line(err, cfg.model.name))
-        except MemoryError:  # so short of memory that even the line could not be made
-            line = OUT_OF_MEMORY
+        line = user_code or _fault_line(err)
         if line:
             log.error("%s", line)
             return EXIT_ERROR
@@ -231,49 +231,27 @@ def _user_code_line(err: BaseException, model_name: str) -> str | None:
     return None
 
 
-OUT_OF_MEMORY_FIX = (
-    "leaves too little for torch and its libraries (a few GB of address space); raise it "
-    "(`ulimit -v unlimited`) or free memory, then run it again"
-)
-OUT_OF_MEMORY = f"out of memory: this machine or its address-space limit {OUT_OF_MEMORY_FIX}"
-
-
 def _interrupted(command: str) -> int:
-    log.error(
-        "interrupted (Ctrl-C): `ampbench %s` stopped before it finished; run the same command again", command
-    )
+    # Under `make run` the pipeline's own command resumes it (final pass G: this line said "the same
+    # command", then the pipeline's line another); the pipeline then adds no line of its own.
+    again = os.environ.get("AMPBENCH_RESUME_COMMAND")
+    how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
+    log.error("interrupted (Ctrl-C): `ampbench %s` stopped before it finished; %s", command, how)
     return EXIT_INTERRUPTED
 
 
 def _fault_line(err: BaseException) -> str | None:
-    """One line for a full disk, a broken MLflow store or a path this user may not write (the last
-    resort: the stages check what they can before any work) anywhere in err's chain, else None."""
-    fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)
-    return str(fault) if fault else _out_of_memory(err)
-
-
-def _out_of_memory(err: BaseException) -> str | None:
-    """One line for a library that could not even be loaded for want of memory: under a tight
-    `ulimit -v` the loader fails to map torch's or scikit-learn's shared objects (hostile re-run:
-    an ImportError or MemoryError traceback) before any memory check of ours can run."""
-    errors = list(chain(err))
-    if not any(
-        isinstance(e, MemoryError)
-        or "failed to map segment" in str(e)
-        or "cannot allocate memory" in str(e).lower()
-        for e in errors
-    ):
-        return None
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    limit = (
-        f"the address-space limit (ulimit -v {soft // 1024} KiB)"
-        if soft != resource.RLIM_INFINITY
-        else "this machine"
-    )
-    return (
-        f"not enough memory to load the libraries this command needs ({type(errors[-1]).__name__}: "
-        f"{' '.join(str(errors[-1]).split())[:120]}): {limit} {OUT_OF_MEMORY_FIX}"
-    )
+    """One line for a library that memory could not hold, a full disk, a broken MLflow store or a
+    path this user may not write (the last resort: the stages check what they can before any work)
+    anywhere in err's chain, else None. Memory first: the others may import (hostile re-run:
+    the store's check imported SQLAlchemy under a `ulimit -v` that could not hold it)."""
+    if line := address_space.out_of_memory(err):
+        return line
+    try:
+        fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)
+    except (MemoryError, ImportError, OSError) as own:  # making the line ran out of memory itself
+        return address_space.OUT_OF_MEMORY if address_space.out_of_memory(own) else None
+    return str(fault) if fault else None
 
 
 def all_overrides(args) -> list[str]:

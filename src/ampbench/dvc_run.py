@@ -108,8 +108,11 @@ class Quiet(logging.Filter):
         if failed and int(failed["status"]) in STOP_STATUS:
             self.stopped_stage = failed["stage"]
             self.signum = STOP_STATUS[int(failed["status"])]
-            # a train stage that exited (not died) saved and said so, with the resume command
-            self.stage_said_it = self.stopped_stage.startswith("train@") and int(failed["status"]) > 0
+            # a stage that exited (not died) said so, with the resume command: train's stop, or
+            # any command's "interrupted" line, which names the pipeline's command where it is set
+            self.stage_said_it = int(failed["status"]) > 0 and (
+                self.stopped_stage.startswith("train@") or bool(os.environ.get(RESUME_ENV))
+            )
             return False
         return True
 

@@ -32,10 +32,18 @@ class OutputsError(ValueError):
     """A stage's output folder cannot take its files (one line: which folder, why, the fix)."""
 
 
-def check_writable(root: Path) -> None:
-    """``root`` and every folder under it take new files (``paths.unreplaceable``'s probes), or
-    OutputsError: a read-only or foreign-owned reports folder is refused before the stage's work,
-    not when its files move into place."""
+def check_writable(root: Path, folders: tuple[str, ...] = ()) -> None:
+    """``root`` and every folder under it take new files (``paths.unreplaceable``'s probes), and
+    none of `folders` (relative to root, those the stage writes into) is a file, or OutputsError: a
+    read-only or foreign-owned reports folder is refused before the stage's work, not when its
+    files move into place."""
+    for folder in folders:
+        for part in (*Path(folder).parents[::-1][1:], Path(folder)):  # plots, then plots/curves
+            if (root / part).exists() and not (root / part).is_dir():
+                raise OutputsError(
+                    f"{root / part} is a file where a folder of reports goes: move it away "
+                    f"(`mv {root / part} {root / part}.old`), then re-run"
+                )
     refused = unreplaceable(root) if root.is_dir() else None
     if refused is None and (reason := unwritable(root)):
         refused = (root, reason)
@@ -64,8 +72,8 @@ def check_folder(folder: Path, holds: str) -> None:
 
 
 @contextlib.contextmanager
-def staged(root: Path, whole: tuple[str, ...] = ()) -> Iterator[Path]:
-    check_writable(root)
+def staged(root: Path, whole: tuple[str, ...] = (), folders: tuple[str, ...] = ()) -> Iterator[Path]:
+    check_writable(root, (*whole, *folders))
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(f"{PREFIX}*"):
         pid = stale.name.removeprefix(PREFIX)

@@ -79,7 +79,9 @@ def test_lines_come_between_timed_windows_only(project: Path, monkeypatch, caplo
 
 
 @pytest.mark.parametrize("command", [["bench"], ["explain"]])
-def test_too_few_images_are_refused_before_the_mlflow_store_is_opened(project: Path, monkeypatch, command):
+def test_too_few_images_are_refused_before_the_mlflow_store_is_opened(
+    project: Path, monkeypatch, caplog, command
+):
     """The refusal used to wait for MLflow's import (hostile re-run: 33-42 s of silence on a loaded
     CPU before `--max-images 10` was refused)."""
     from ampbench.tracking import measurement_runs
@@ -89,4 +91,6 @@ def test_too_few_images_are_refused_before_the_mlflow_store_is_opened(project: P
 
     monkeypatch.chdir(project)
     monkeypatch.setattr(measurement_runs, "check_store", too_early)
+    caplog.set_level(logging.ERROR)
     assert cli.main([*command, "--max-images", "10"]) == cli.EXIT_USAGE
+    assert "--max-images" in caplog.records[-1].getMessage(), caplog.records[-1].getMessage()  # its cause

@@ -167,6 +167,8 @@ def test_training_accepts_data_prepared_from_the_configured_settings(project: Pa
         ("variants.precision=[]", "variants.precision: expected a non-empty list"),
         ("variants.precision=[fp32, fp32]", "variants.precision: repeats 'fp32'"),
         ("variants.colour=[red]", "variants.colour: unknown key (known: parallel, precision)"),
+        # final pass H: the sections listed left out `variants`, which is one
+        ("nosuch.key=1", "nosuch: unknown key (known: data, model, report, tracking, train, variants)"),
         ("data.sha256=abc", "data.sha256: 'abc' must be 64 hexadecimal characters"),
     ],
 )

@@ -275,6 +275,15 @@ def test_unreachable_url_names_url_and_fix(tmp_path):
     assert url in str(err.value) and "network" in str(err.value)
 
 
+def test_a_file_the_server_does_not_have_is_one_attempt_and_not_the_network(server, tmp_path):
+    """Final pass H: a 404 was retried three times, then blamed on "no network?"."""
+    with pytest.raises(prepared.DataError) as err:
+        fetch.fetch(server.url("nothere.tar.gz"), tmp_path / "cache", retries=3)
+    assert server.requests == 1, "a 404 was asked for again"
+    assert "the server answered HTTP 404 Not Found; fix data.url" in str(err.value), err.value
+    assert "network" not in str(err.value)
+
+
 def test_missing_local_source(tmp_path):
     with pytest.raises(prepared.DataError, match="does not exist"):
         fetch.fetch(str(tmp_path / "nope.tar.gz"), tmp_path / "cache")

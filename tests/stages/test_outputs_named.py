@@ -32,6 +32,22 @@ def test_a_folder_in_a_reports_files_place_is_refused_before_the_work(tmp_path):
     )
 
 
+@pytest.mark.parametrize("in_the_way", ["metrics", "plots", "plots/curves"])
+def test_a_file_in_a_report_folders_place_is_refused_before_the_work(tmp_path, in_the_way):
+    """Final pass H: reports/metrics as a file: evaluate scored every variant, then a traceback
+    (FileExistsError) at the move."""
+    from ampbench.stages.evaluate import FOLDERS
+
+    root = tmp_path / "reports"
+    (root / in_the_way).parent.mkdir(parents=True, exist_ok=True)
+    (root / in_the_way).write_text("x", encoding="utf-8")
+    worked = []
+    with pytest.raises(outputs.OutputsError) as err, outputs.staged(root, folders=FOLDERS):
+        worked.append(True)
+    assert not worked, "the stage's work ran before the refusal"
+    assert str(err.value).startswith(f"{root / in_the_way} is a file where a folder of reports goes: move it")
+
+
 def test_a_move_that_fails_names_the_report_not_the_staging_folder(tmp_path):
     root = tmp_path / "reports"
     (root / "metrics" / "a").mkdir(parents=True)  # in the file's place, unsuffixed: found at the move

@@ -25,13 +25,27 @@ def test_a_stage_silent_for_its_first_seconds_says_it_is_starting(caplog):
     assert len(said) == 1 and said[0].startswith("single-fp32: starting ("), said
 
 
+def test_a_start_that_never_ends_is_said_again_until_the_stage_speaks(caplog, monkeypatch):
+    """Final pass H: a model factory that hung gave one starting line, then 78 s of silence."""
+    caplog.set_level(logging.INFO)
+    logging.getLogger().addHandler(caplog.handler)
+    monkeypatch.setattr(starting, "AGAIN_S", 0.2)
+    with StartingLine("single-fp32", seconds=0.1) as line:
+        time.sleep(0.75)  # lines at 0.1, 0.3, 0.5, 0.7 s
+        logging.getLogger("ampbench.training.progress").info("single-fp32: 0.1 s per step")
+        time.sleep(0.5)  # none after the stage's own line
+    line.thread.join(timeout=1)
+    assert 3 <= len(_lines(caplog)) <= 4 and not line.thread.is_alive(), _lines(caplog)
+
+
 def test_a_stage_that_spoke_first_gets_no_starting_line(caplog):
     caplog.set_level(logging.INFO)
     logging.getLogger().addHandler(caplog.handler)
     with StartingLine("single-fp32", seconds=0.3) as starting:
         logging.getLogger("ampbench.training.progress").info("single-fp32: 0.1 s per step")
         time.sleep(0.6)
-    assert _lines(caplog) == [] and not starting.timer.is_alive()
+    starting.thread.join(timeout=1)
+    assert _lines(caplog) == [] and not starting.thread.is_alive()
 
 
 def test_a_worker_of_rank_above_0_says_nothing(caplog):

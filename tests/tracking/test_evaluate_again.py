@@ -31,3 +31,21 @@ def test_evaluating_an_unchanged_model_again_logs_nothing_twice(tmp_path: Path):
         assert sorted(db.execute(TWICE).fetchall()) == first  # the seed run's documented pair only
         assert db.execute("select count(*) from metrics").fetchone()[0] == count
     assert all(key == "test/accuracy" and name.endswith("/seed-0") for name, key, _, _ in first), first
+
+
+@pytest.mark.slow  # train, evaluate and compare (twice) as subprocesses
+def test_comparing_the_same_study_again_logs_nothing_twice(tmp_path: Path):
+    """Final pass G: a second compare logged every compare metric (answer/*, speed/speedup_vs_...,
+    test/p_value_vs_...) once more at step 0 in each variant run."""
+    project = new_project(tmp_path / "proj")
+    run_cli(project, "train", *VARIANT)
+    run_cli(project, "evaluate", *VARIANT)
+    ours = "select count(*) from metrics m join runs r on r.run_uuid = m.run_uuid where r.name != 'compare'"
+    run_cli(project, "compare", "--variants", "single-fp32")
+    with sqlite3.connect(project / "mlflow.db") as db:
+        count = db.execute(ours).fetchone()[0]
+        answer = db.execute("select count(*) from metrics where key like 'answer/%'").fetchone()[0]
+    run_cli(project, "compare", "--variants", "single-fp32")
+    with sqlite3.connect(project / "mlflow.db") as db:
+        assert answer > 0  # the first compare logged its answer on the variant run
+        assert db.execute(ours).fetchone()[0] == count, db.execute(TWICE).fetchall()

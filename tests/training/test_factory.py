@@ -67,6 +67,10 @@ def test_own_factory_from_the_folder_the_command_runs_in(tmp_path, monkeypatch):
         ("builtins:len", r"model.name: builtins:len\(10\) raised TypeError: object of type 'int'"),
         ("json:loads", r"json:loads\(10\) raised TypeError: .*returns a torch.nn.Module"),
         ("custom_net:forward_fails", r"forward of 2 blank 32x32 images raised TypeError: forward"),
+        (
+            "raises_on_import:make",
+            r"importing raises_on_import raised RuntimeError at .*raises_on_import.py:3: boom",
+        ),
         ("custom_net:forward_runtime_error", r"raised RuntimeError: the feature store is offline; fix the"),
         ("sys:exit", r"model.name: sys:exit\(10\) raised SystemExit: 10"),  # exit 10, no line at all
     ],

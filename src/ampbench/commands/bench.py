@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ampbench import outputs
 from ampbench.cli_options import at_least_one
-from ampbench.config import COMPILE_MODES, Config, replace
+from ampbench.config import COMPILE_MODES, Config, ConfigError, replace
 
 log = logging.getLogger(__name__)
 HELP = "measure training throughput, untracked"
@@ -86,6 +86,12 @@ def _bench(cfg: Config, args) -> int:
     cpu_defaults(args, cfg)
     if args.batch_size:
         cfg = replace(cfg, train={"batch_size": args.batch_size})
+    if 0 < args.max_images < cfg.train.batch_size:  # named as given (pass H: blamed on train.batch_size)
+        raise ConfigError(
+            f"--max-images {args.max_images} is fewer images than one batch of {cfg.train.batch_size} "
+            "(--batch-size, else train.batch_size, at most 64 on a CPU); give --max-images at least "
+            f"{cfg.train.batch_size}, or 0 for every train image"
+        )
     memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
     strategy = kit.single_device()
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)

@@ -96,7 +96,8 @@ def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
         if f"{prefix}{key}" in _REMOVED:
             problems.append(f"{prefix}{key}: {_REMOVED[prefix + key]}")
         elif key not in known:
-            problems.append(f"{cut(f'{prefix}{key}')}: unknown key (known: {', '.join(sorted(known))})")
+            listed = known | ({"variants"} if not prefix else set())  # read before: the DVC matrix
+            problems.append(f"{cut(f'{prefix}{key}')}: unknown key (known: {', '.join(sorted(listed))})")
     values = {}
     for f in fields(cls):
         if f.name in raw:

@@ -19,6 +19,7 @@ import logging
 import os
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path, PurePosixPath
@@ -196,6 +197,8 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
                     raise DataError(no_space_message(Path(tmp), final)) from exc
                 if floor.verdict:  # the floor cut the connection: say why, not how it broke
                     raise _AttemptFailed(floor.verdict, _slow_link_fix()) from None
+                if isinstance(exc, urllib.error.HTTPError):  # the server answered: no network fault
+                    _server_said(url, exc)
                 raise _AttemptFailed(f"network error: {exc}", no_network_fix()) from exc
             if floor.verdict and not 0 <= size == got:  # cut: without a length, EOF looks whole
                 raise _AttemptFailed(floor.verdict, _slow_link_fix())
@@ -208,6 +211,16 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
         os.replace(tmp, final)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _server_said(url: str, exc: urllib.error.HTTPError) -> None:
+    """A refusal the server will give again (404, 403: a DataError at once, no retry), or a failure
+    of its own worth another attempt (5xx, 408, 429), each with its fix, never "no network?" (final
+    pass H: a 404 was retried three times, then blamed on the network)."""
+    said = f"the server answered HTTP {exc.code} {exc.reason}"
+    if 400 <= exc.code < 500 and exc.code not in (408, 429):
+        raise DataError(f"could not download {_shown(url)}: {said}; fix data.url") from None
+    raise _AttemptFailed(said, "retry later, or download the archive elsewhere and set data.url to it")
 
 
 def _stream(resp, out, hashers: dict, floor: RateFloor, url: str, final: Path) -> tuple[int, int]:

@@ -44,5 +44,8 @@ def _ceiling(cfg, name: str, dataset: dict, strategy, x, y, steps: int) -> float
         step(x, y)
 
     kit.seconds(once, kit.warm_steps(step, 3), device)
-    secs = [kit.seconds(once, steps, device) / steps for _ in range(3)]
+    secs = []
+    for w in range(3):  # a line between windows on a slow CPU (final pass G: 33 s silent)
+        pace.between("crossover batch %d: %s window %d of 3", len(y), name, w + 1)
+        secs.append(kit.seconds(once, steps, device) / steps)
     return len(y) / statistics.median(secs)

@@ -15,6 +15,8 @@ import logging
 import time
 from contextlib import contextmanager
 
+from ampbench import interrupts
+
 EVERY_S = 10.0  # plus the longest piece (a CPU window under load: ~15 s) stays under 30 s
 
 log = logging.getLogger(__name__)
@@ -22,7 +24,9 @@ _last = [time.monotonic()]  # when ampbench last printed a line
 
 
 def between(fmt: str, *args) -> None:
-    """Log `fmt % args` if no line came for EVERY_S seconds; call only outside timed regions."""
+    """Log `fmt % args` if no line came for EVERY_S seconds; call only outside timed regions. A
+    Ctrl-C that a finalizer swallowed stops the measurement here (``interrupts.check``)."""
+    interrupts.check()
     if time.monotonic() - _last[0] > EVERY_S:
         log.info(fmt, *args)
         _last[0] = time.monotonic()

@@ -31,6 +31,8 @@ from ampbench.tracking import evaluate_runs, store
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
 
+FOLDERS = ("metrics", "plots/curves", "plots/confusion")  # under reports/: what `_write` fills
+
 # Settings carried from model.pt's config into the metrics file, so a report made from it
 # (`ampbench findings`) states the conditions it measured without trusting today's params.yaml.
 CONFIG_KEYS = (

@@ -75,7 +75,7 @@ def _evaluate(cfg: Config, args) -> int:
     dataset = prepared.load_dataset(DATA_FILE)
     clock.mark("setup")
     # reports/metrics and reports/plots all or nothing: a variant refused leaves the old reports
-    with outputs.staged(REPORTS_DIR) as staging:
+    with outputs.staged(REPORTS_DIR, folders=evaluate.FOLDERS) as staging:
         for i, variant in enumerate(variants):
             # Each variant's run gets its own time breakdown; the first also carries the start-up.
             summary = evaluate.evaluate_variant(

@@ -6,8 +6,8 @@ and compare stages use it too (hostile re-run: 31-32 s before their first line u
 ``StartingLine`` logs one line ``STARTING_S`` seconds into the stage (half the 30 s a user waits
 before wondering) unless the stage said something first (any ampbench line at INFO or above:
 its estimate, "resuming seed ...", a fault).
-Its timer thread wakes once at most, and is cancelled by the first such line, so nothing of it
-runs beside the timed steps after the stage's first line (the first epoch is the warm-up).
+It says so again every ``AGAIN_S`` until then. Its thread ends at the first such line, so nothing
+of it runs beside the timed steps after the stage's first line (the first epoch is the warm-up).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ampbench.timing import command_age
 
 TRAINING = "loading the data, building the model, timing its first steps"
 STARTING_S = 15.0  # a fault found in the first seconds (a store that does not answer: ~10 s) stays one line
+AGAIN_S = 20.0  # then a line this often until the stage's first line
 
 log = logging.getLogger(__name__)
 
@@ -31,29 +32,35 @@ class StartingLine(logging.Filter):
         the stage does meanwhile (evaluate and compare say their own)."""
         super().__init__()
         self.variant, self.on, self.doing = variant, on, doing
-        self.timer = threading.Timer(STARTING_S if seconds is None else seconds, self._say)
-        self.timer.daemon = True
+        self.first_s = STARTING_S if seconds is None else seconds
+        self.spoke = threading.Event()  # the stage's own first line, or its end
+        self.thread = threading.Thread(target=self._watch, name="starting-line", daemon=True)
         self.handlers = list(logging.getLogger().handlers)
 
     def __enter__(self) -> StartingLine:
         if self.on:
             for handler in self.handlers:
                 handler.addFilter(self)
-            self.timer.start()
+            self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.timer.cancel()
+        self.spoke.set()
         for handler in self.handlers:
             handler.removeFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Every record passes; the first ampbench line of the stage cancels the timer."""
+        """Every record passes; the first ampbench line of the stage ends the watch."""
         if record.levelno >= logging.INFO and record.name.startswith("ampbench") and record.name != __name__:
-            self.timer.cancel()
+            self.spoke.set()
         return True
 
-    def _say(self) -> None:
-        # counted from the command's start, its imports included (hostile re-run: "15 s so far"
-        # came 23-25 s after the command was started on a loaded machine)
-        log.info("%s: starting (%.0f s so far): %s", self.variant, command_age(), self.doing)
+    def _watch(self) -> None:
+        # Again every AGAIN_S until the stage speaks: a start that never ends (a model factory that
+        # hangs, a data set on a stalled disk) is not a silence either (final pass H: 78 s).
+        wait = self.first_s
+        while not self.spoke.wait(wait):
+            # counted from the command's start, its imports included (hostile re-run: "15 s so
+            # far" came 23-25 s after the command was started on a loaded machine)
+            log.info("%s: starting (%.0f s so far): %s", self.variant, command_age(), self.doing)
+            wait = AGAIN_S

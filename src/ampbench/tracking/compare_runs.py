@@ -16,7 +16,7 @@ def log_comparison(tracker: Tracker, rows: list[dict], variants: list[str], file
     for r in rows:
         numbers = {k: r[k] for k in ROW_METRICS if isinstance(r[k], float) and r[k] == r[k]}  # not NaN
         for run_id in r["variant_run_ids"]:
-            tracker.log_metrics(run_id, numbers)
+            tracker.log_changed(run_id, numbers)
     run_id = tracker.start("compare", {KIND_TAG: "compare"}, {"variants": ",".join(variants)})
     for path in files:
         tracker.log_artifact(run_id, path)

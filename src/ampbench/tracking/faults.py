@@ -46,7 +46,7 @@ _SIGNS = (
 
 
 SCHEMES = (
-    "set MLFLOW_TRACKING_URI to sqlite:///<path>.db, a folder, or http(s)://<host>:<port> of a tracking "
+    "set MLFLOW_TRACKING_URI to sqlite:///<path>.db or http(s)://<host>:<port> of a tracking "
     "server, or unset it (the repo's mlflow.db)"
 )
 

@@ -213,6 +213,14 @@ class Tracker:
         for i in range(0, len(items), 100):  # MLflow accepts at most 100 params per batch
             self.client.log_batch(run_id, params=items[i : i + 100])
 
+    def log_changed(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Step-0 summary metrics (compare's), only those whose value differs from the run's latest:
+        a re-run of compare logs nothing twice (final pass G: every compare metric, again, at step 0)."""
+        latest = self.client.get_run(run_id).data.metrics
+        changed = {k: v for k, v in metrics.items() if latest.get(metric_name(k)) != float(v)}
+        if changed:
+            self.log_metrics(run_id, changed)
+
     def log_metrics(
         self, run_id: str, metrics: dict[str, float], step: int | None = None, model_id: str | None = None
     ) -> None:

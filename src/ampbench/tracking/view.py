@@ -193,7 +193,7 @@ def publish_row(tracker, run_id: str, row: dict, study: str | None = None, note:
     seed runs' own answer (seed_tags, seed_note)."""
     from mlflow.entities import RunTag
 
-    tracker.log_metrics(run_id, answer_metrics(row))
+    tracker.log_changed(run_id, answer_metrics(row))
     tags = {
         NOTE_TAG: variant_note(row) + (f"\n\n{note}" if note else ""),
         **answer_tags(row),

@@ -148,16 +148,33 @@ def resolve(name: str) -> Callable[[int], nn.Module]:
 
 def _import(module_name: str, name: str):
     try:
-        return importlib.import_module(module_name)
+        return _run_module(module_name, name)
     except ModuleNotFoundError as err:
         if os.getcwd() in sys.path or err.name != module_name.split(".")[0]:
             raise _unknown(name, f"cannot import {module_name} ({err})") from None
     sys.path.append(os.getcwd())  # a file in the folder the command runs in
     importlib.invalidate_caches()
     try:
-        return importlib.import_module(module_name)
+        return _run_module(module_name, name)
     except ModuleNotFoundError as err:
         raise _unknown(name, f"cannot import {module_name} ({err}; add its folder to PYTHONPATH)") from None
+
+
+def _run_module(module_name: str, name: str):
+    """The module imported; an error its own code raises on import is one line naming its file and
+    line (hostile re-run: a module that raised at import gave a 40-line traceback)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        raise
+    except (Exception, SystemExit) as err:
+        import traceback
+
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        raise ConfigError(
+            f"model.name: {name}: importing {module_name} raised {type(err).__name__} at "
+            f"{where.filename}:{where.lineno}: {' '.join(str(err).split())[:200]}; fix the module"
+        ) from err
 
 
 def _torchvision(arch: str) -> Callable[[int], nn.Module]:
