@@ -30,6 +30,16 @@ def test_the_folders_of_commands_that_are_gone_are_removed_and_no_other(tmp_path
     assert not dead.exists() and live.exists() and being_made.exists() and other.exists()
 
 
+def test_a_folder_never_given_its_owner_is_removed_a_minute_on(tmp_path):
+    """Hostile pass G: 29 folders without an owner (their command killed between making the folder
+    and writing its pid) that no sweep would ever remove."""
+    old = _folder(tmp_path, "old", None)
+    os.utime(old, (0, os.path.getmtime(old) - scope.UNOWNED_S - 1))
+    new = _folder(tmp_path, "new", None)
+    assert scope.sweep_stale(tmp_path) == [old]
+    assert not old.exists() and new.exists()
+
+
 def test_a_command_writes_its_owner_into_its_folder(monkeypatch, tmp_path):
     """What the sweep reads: the folder serving() makes names its command."""
     monkeypatch.setattr(scope, "enabled", lambda: True)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,15 +32,21 @@ PREFIX = "ampbench-warm-"
 OWNER = "owner.pid"  # the command whose server the folder holds
 
 
+UNOWNED_S = 60.0  # a folder still without its owner's pid this long after it was made: left by a kill
+
+
 def sweep_stale(tmp: Path) -> list[Path]:
     """Remove the folders of this user's commands that are gone (kill -9, a hang-up: no cleanup
-    ran; their servers ended with their stdin); the folders removed. Another command's, or one
-    being made (no owner yet), is left alone."""
+    ran; their servers ended with their stdin, or it was killed before it wrote its pid: hostile
+    pass G found 29 such folders in /tmp); the folders removed. Another command's, or one being
+    made (no owner yet, for under UNOWNED_S), is left alone."""
     removed = []
     for folder in tmp.glob(f"{PREFIX}*"):
         try:
             if folder.stat().st_uid != os.geteuid():
                 continue
+            if not (folder / OWNER).exists() and time.time() - folder.stat().st_mtime > UNOWNED_S:
+                raise ProcessLookupError  # its maker died between making it and naming itself
             owner = int((folder / OWNER).read_text(encoding="utf-8"))
             os.kill(owner, 0)
         except ProcessLookupError:
