@@ -23,13 +23,23 @@ FIX = "; re-download it, or point data.url at the .tar.gz archive or its extract
         (bz2.compress(b""), "it is an empty bzip2 stream (no tar archive inside)"),
         (gzip.compress(b"hello\n"), "its gzip stream holds only 6 bytes, less than one tar header"),
         (gzip.compress(b"<html>" + b"x" * 2000), "its gzip stream does not start with a tar header"),
-        (
-            b"<html>an error page</html>" * 40,
-            "it is not a tar archive, nor a gzip, bzip2 or xz compressed one",
-        ),
+        # final pass H: a page's URL for the archive's
+        (b"<html>an error page</html>" * 40, "it is a web page (HTML), not the archive: data.url must be"),
+        (b"\n  <!DOCTYPE html><html>a download page</html>", "it is a web page (HTML)"),
+        (b"PK\x03\x04 a zip" * 40, "it is not a tar archive, nor a gzip, bzip2 or xz compressed one"),
         (b"\x1f\x8b" + b"\0" * 100, "its gzip stream is damaged or cut short"),
     ],
-    ids=["zero-bytes", "empty-gzip", "empty-bzip2", "tiny-gzip", "gzip-of-html", "html", "damaged-gzip"],
+    ids=[
+        "zero-bytes",
+        "empty-gzip",
+        "empty-bzip2",
+        "tiny-gzip",
+        "gzip-of-html",
+        "html",
+        "doctype",
+        "zip",
+        "damaged",
+    ],
 )
 def test_an_archive_tarfile_cannot_open_is_one_line(tmp_path, content, said):
     archive = tmp_path / "cifar-10-python.tar.gz"

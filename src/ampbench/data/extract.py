@@ -147,9 +147,12 @@ def not_a_tar(archive: Path) -> str:
     """What tarfile could not open in `archive` is, in a few words (tarfile says it in five lines,
     one per method it tried): empty, an empty or damaged compressed stream, or no tar inside."""
     with open(archive, "rb") as f:
-        head = f.read(6)
+        head = f.read(64)
     if not head:
         return "the file is empty (0 bytes)"
+    if head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html", b"<?xml", b"<head")):
+        # a web page where the archive was meant (final pass H: a URL of a page, not of the file)
+        return "it is a web page (HTML), not the archive: data.url must be the file's own download link"
     kind = next((named for magic, named in _COMPRESSIONS.items() if head.startswith(magic)), None)
     if kind is None:
         return "it is not a tar archive, nor a gzip, bzip2 or xz compressed one"
