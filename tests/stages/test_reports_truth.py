@@ -326,3 +326,13 @@ def test_an_answer_where_the_baseline_is_fastest_does_not_compare_it_with_itself
     ]
     said = ending(rows, subset=False)[0]
     assert said == "Answer: no variant trains faster than single-fp32 here; see the table.", said
+
+
+def test_an_answer_of_one_variant_says_nothing_ranks_it():
+    """Hostile pass H: `compare --variants single-fp32` answered "no variant trains faster than
+    single-fp32 here", of a variant compared with no other."""
+    from ampbench.stages.compare import ending
+
+    rows = [{"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0}]
+    said = ending(rows, subset=False)[0]
+    assert said == "Answer: only single-fp32 was compared, so nothing ranks it; see the table.", said

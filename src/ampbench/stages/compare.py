@@ -104,6 +104,8 @@ def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
         )
     if best and best["variant"] == BASELINE:  # not "the fastest, single-fp32, ... 1.00x single-fp32"
         lines[0] = f"Answer: no variant trains faster than {BASELINE} here; see the table."
+    if len(rows) == 1:  # hostile pass H: "no variant trains faster" of a variant compared with none
+        lines[0] = f"Answer: only {rows[0]['variant']} was compared, so nothing ranks it; see the table."
     if mixed:
         lines[0] = lines[0].replace("Answer:", "Answer (MIXED SETTINGS, --allow-mixed: not one study):", 1)
     if subset:
