@@ -43,6 +43,15 @@ def at_least_one(text: str) -> int:
     return value
 
 
+def at_least_zero(text: str) -> int:
+    """A count that may be 0 (none, or: the default), never negative (final pass J: bench ran its
+    whole measurement with --workers -3 and --max-images -1)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 # `ampbench variant --quick yes` (`mlflow run . -P quick=yes`): a run of a minute or two on a CPU
 # that shows the whole path (data, training, evaluation, the answer in MLflow) and measures
 # nothing worth quoting. Test accuracy only at the end, on a test subset: on a CPU, scoring all

@@ -100,5 +100,5 @@ def missing(path: Path) -> str:
     (hostile re-run: reports/metrics as a file was reported as each variant's metrics missing)."""
     for parent in reversed(path.parents):
         if parent.exists() and not parent.is_dir():
-            return f"missing: {parent} is a file, not a folder (move it away)"
+            return f"missing: {parent} is a file, not a folder (move it away first)"
     return "missing"

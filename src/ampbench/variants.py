@@ -8,6 +8,7 @@ checks that they agree).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -31,12 +32,19 @@ def split_name(variant: str) -> tuple[str, str]:
 VARIANTS = tuple(variant_name(p, q) for p in PARALLELS for q in PRECISIONS)
 
 
-def study_variants(params_file: str | Path = "params.yaml") -> list[str]:
-    """The variants dvc.yaml's matrix builds from params.yaml (every variant if it says nothing)."""
+def study_variants(params_file: str | Path = "params.yaml", overrides: Iterable[str] = ()) -> list[str]:
+    """The variants dvc.yaml's matrix builds from params.yaml (every variant if it says nothing),
+    with a command's `--set variants.parallel=[...]` / `variants.precision=[...]` applied (final
+    pass J: compare checked them, then answered for the file's variants)."""
     try:
         axes = (yaml.safe_load(Path(params_file).read_text(encoding="utf-8")) or {}).get("variants") or {}
     except (OSError, yaml.YAMLError, AttributeError, RecursionError):
         axes = {}  # the config's strict reader says what is wrong with the file
+    for item in overrides:  # already checked by the config's loader
+        key, sep, text = item.partition("=")
+        section, _, axis = key.strip().partition(".")
+        if sep and section == "variants" and axis in AXES:
+            axes = {**axes, axis: yaml.safe_load(text)}
     return [
         variant_name(p, q) for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)
     ]

@@ -214,3 +214,16 @@ def test_a_failing_store_never_costs_the_bench_its_results(project: Path, monkey
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     run_id = record()
     assert run_id and json.loads(out.with_suffix(".json").read_text())["run_id"] == run_id
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["bench", "--workers", "-3"], ["bench", "--max-images", "-1"], ["explain", "--max-images", "-2"]],
+)
+def test_a_negative_count_is_a_usage_error_before_anything_runs(option, capsys):
+    """Final pass J: bench ran its whole measurement (over 100 s) with --workers -3 or --max-images -1."""
+    from ampbench import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(option)
+    assert exit_.value.code == 2 and "must be 0 or more" in capsys.readouterr().err

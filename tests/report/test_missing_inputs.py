@@ -15,7 +15,7 @@ def test_a_file_where_the_metrics_folder_belongs_is_named(tmp_path: Path):
     (tmp_path / "metrics").write_text("x", encoding="utf-8")
     with pytest.raises(FileNotFoundError) as err:
         compare(tmp_path / "metrics", ["single-fp32"], tmp_path / "out")
-    assert f"{tmp_path / 'metrics'} is a file, not a folder (move it away)" in str(err.value)
+    assert f"{tmp_path / 'metrics'} is a file, not a folder (move it away first)" in str(err.value)
 
 
 def test_a_plainly_missing_file_says_missing(tmp_path: Path):

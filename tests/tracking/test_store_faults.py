@@ -292,3 +292,21 @@ def test_a_store_of_no_known_scheme_is_named_so_without_a_cut_list():
     line = faults.describe(err.value, "bogus://x", None)
     assert line and line.startswith("MLflow store bogus://x: not a kind of store MLflow knows ("), line
     assert "set MLFLOW_TRACKING_URI to sqlite:///<path>.db" in line and "Supported URI schemes" not in line
+
+
+def test_a_folder_as_the_store_is_named_with_its_fixes(tmp_path, monkeypatch):
+    """Final pass J: MLFLOW_TRACKING_URI=<a folder> quoted MLflow's "maintenance mode" text cut
+    mid-word ("... Please migrate to a database backend (e.g., 'sqlite:///mlflow.db') to a"), then
+    "check the store"."""
+    from mlflow.tracking import MlflowClient
+
+    from ampbench.tracking import faults
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(Exception) as err:
+        MlflowClient(tracking_uri=str(tmp_path)).search_experiments()
+    line = faults.describe(err.value, str(tmp_path), None)
+    assert line == (
+        f"MLflow store {tmp_path} is a folder (MLflow's folder store is in maintenance mode); "
+        f"{faults.SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
+    ), line

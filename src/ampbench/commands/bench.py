@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ampbench import outputs
-from ampbench.cli_options import at_least_one
+from ampbench.cli_options import at_least_one, at_least_zero
 from ampbench.config import COMPILE_MODES, Config, ConfigError, replace
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ CPU_BATCH = 64  # the GPU's 512 / 8, as explain's CPU rungs
 
 def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
-    b.add_argument("--batch-size", type=int, default=0, help="default: train.batch_size")
+    b.add_argument("--batch-size", type=at_least_zero, default=0, help="0 (default): train.batch_size")
     b.add_argument("--compile", default="", help="train.compile modes side by side, e.g. none,default")
     b.add_argument(
         "--steps",
@@ -41,22 +41,24 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         default=None,
         help="timed windows per measure, reported as median and min-max; default: 5 GPU, 3 CPU",
     )
-    b.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps; default: 10 GPU, 2 CPU")
+    b.add_argument(
+        "--warmup", type=at_least_zero, default=None, help="untimed warm-up steps; default: 10 GPU, 2 CPU"
+    )
     b.add_argument(
         "--workers",
-        type=int,
+        type=at_least_zero,
         default=None,
         help="DataLoader workers for the reference; default: 8 (the tutorial's), at most the CPUs here",
     )
     b.add_argument(
         "--max-images",
-        type=int,
+        type=at_least_zero,
         default=None,
         help="use the first N train images; 0: all; default: all GPU, 4 batches CPU (one short epoch)",
     )
     b.add_argument(
         "--profile",
-        type=int,
+        type=at_least_zero,
         default=0,
         metavar="STEPS",
         help="also profile STEPS ceiling steps per variant with torch.profiler and list "

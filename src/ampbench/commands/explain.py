@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ampbench import outputs
-from ampbench.cli_options import at_least_one
+from ampbench.cli_options import at_least_one, at_least_zero
 from ampbench.config import Config
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,10 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
         "--profile-steps", type=at_least_one, default=0, help="profiled steps (default: 10 GPU, 2 CPU)"
     )
     e.add_argument(
-        "--max-images", type=int, default=-1, help="use the first N train images (default: all GPU, 320 CPU)"
+        "--max-images",
+        type=at_least_zero,
+        default=None,
+        help="use the first N train images; 0: all (default: all GPU, 320 CPU)",
     )
     e.add_argument("--no-crossover", action="store_true", help="skip the batch crossover")
     e.add_argument("--rungs", default="", help=argparse.SUPPRESS)  # a part, measured in its own process
@@ -50,7 +53,7 @@ def options(args, cuda: bool) -> dict:
     pick = {"steps": (40, 3), "windows": (5, 2), "profile_steps": (10, 2)}
     opts = {k: getattr(args, k) or (gpu if cuda else cpu) for k, (gpu, cpu) in pick.items()}
     opts["warmup_epochs"] = 1
-    opts["max_images"] = args.max_images if args.max_images >= 0 else (0 if cuda else 320)
+    opts["max_images"] = args.max_images if args.max_images is not None else (0 if cuda else 320)
     return opts
 
 

@@ -114,7 +114,10 @@ def fetch(
     downloaded into `cache_dir`, verified while streaming and renamed into place only when whole;
     an attempt fails once a window of `timeout_s` brings under `min_rate_kib_s` (rate_floor.py).
     """
-    parsed = urllib.parse.urlparse(source)
+    try:
+        parsed = urllib.parse.urlparse(source)
+    except ValueError as err:  # "Invalid IPv6 URL" (final pass J: that alone, no setting, no fix)
+        raise DataError(f"data source {_shown(source)} is not a valid URL ({err}); fix data.url") from None
     if parsed.scheme in ("http", "https"):
         floor = Floor(min_rate_kib_s * 1024, timeout_s)
         return _download(source, Path(cache_dir), sha256, max(retries, 1), floor)
@@ -199,6 +202,11 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
                     raise _AttemptFailed(floor.verdict, _slow_link_fix()) from None
                 if isinstance(exc, urllib.error.HTTPError):  # the server answered: no network fault
                     _server_said(url, exc)
+                if isinstance(exc, http.client.InvalidURL):  # a space: not the network (pass J)
+                    raise DataError(
+                        f"data source {_shown(url)} cannot be asked for as it is written "
+                        f"({' '.join(str(exc).split())[:160]}); percent-encode it in data.url (a space: %20)"
+                    ) from None
                 raise _AttemptFailed(f"network error: {exc}", no_network_fix()) from exc
             if floor.verdict and not 0 <= size == got:  # cut: without a length, EOF looks whole
                 raise _AttemptFailed(floor.verdict, _slow_link_fix())
@@ -214,10 +222,14 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
 
 
 def _server_said(url: str, exc: urllib.error.HTTPError) -> None:
-    """A refusal the server will give again (404, 403: a DataError at once, no retry), or a failure
-    of its own worth another attempt (5xx, 408, 429), each with its fix, never "no network?" (final
-    pass H: a 404 was retried three times, then blamed on the network)."""
-    said = f"the server answered HTTP {exc.code} {exc.reason}"
+    """A refusal the server will give again (404, 403, a redirect loop: a DataError at once, no
+    retry), or a failure of its own worth another attempt (5xx, 408, 429), each with its fix, never
+    "no network?" (final pass H: a 404 was retried three times, then blamed on the network; pass J:
+    a redirect loop, three lines a try, "retry later")."""
+    said = f"the server answered HTTP {exc.code} {' '.join(str(exc.reason).split())[:160]}"
+    if 300 <= exc.code < 400:  # urllib follows redirects: one that reaches here loops or goes nowhere
+        loop = f"its redirects do not end ({said})"
+        raise DataError(f"could not download {_shown(url)}: {loop}; fix data.url") from None
     if 400 <= exc.code < 500 and exc.code not in (408, 429):
         raise DataError(f"could not download {_shown(url)}: {said}; fix data.url") from None
     raise _AttemptFailed(said, "retry later, or download the archive elsewhere and set data.url to it")

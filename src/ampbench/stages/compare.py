@@ -58,7 +58,7 @@ def _compare(cfg: Config, args) -> int:
         raise ConfigError(f"--variants {args.variants!r} names no variant; leave it out for the study's")
     if repeated := sorted({v for v in variants if variants.count(v) > 1}):
         raise ConfigError(f"--variants: {', '.join(repeated)} named twice; name each variant once")
-    variants = variants or study_variants(args.params)  # dvc.yaml's matrix
+    variants = variants or study_variants(args.params, args.overrides)  # dvc.yaml's matrix
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")

@@ -43,7 +43,9 @@ def chosen_variants(args) -> list[str]:
     """One variant (--parallel/--precision), the --variants list, or params.yaml's study."""
     if args.parallel or args.precision:
         return [variant_name(args.parallel or "single", args.precision or "fp32")]
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()] or study_variants(args.params)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] or study_variants(
+        args.params, args.overrides
+    )
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")

@@ -42,6 +42,11 @@ class StopFlag:
 
     def __init__(self, watch_parent: bool = False) -> None:
         self.signum, self.since = 0, 0.0
+        # Until the loop first asks (after its first step), no step boundary may ever come: a model
+        # factory that never returns (final pass I: "stopping at the next step boundary", then 105 s
+        # of silence). A process of its own stops there and then; a DDP worker keeps to the flag,
+        # as its peers must stop at the same step.
+        self.asked = "RANK" in os.environ
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's is kept
                 signal.signal(sig, self._handle)
@@ -60,17 +65,29 @@ class StopFlag:
         self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
 
     def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
         if self.signum == signum:
             # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
             # warm stage directly and through its client), not a second request.
             if time.monotonic() - self.since < 1.0:
                 return
+            log.warning(
+                "%s again: stopping now, without a checkpoint of this step", signal.Signals(signum).name
+            )
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         self.signum, self.since = signum, time.monotonic()
-        log.warning("%s received: stopping at the next step boundary", signal.Signals(signum).name)
+        if not self.asked:
+            from ampbench.training.stopping import Stopped
+
+            log.warning(
+                "%s received before the first training step: stopping now", signal.Signals(signum).name
+            )
+            raise Stopped("stopped before the first training step (nothing trained, nothing to save)")
+        log.warning("%s received: stopping at the next step boundary", name)
 
     def __call__(self) -> bool:
+        self.asked = True  # the loop is there: from now on a stop waits for its step boundary
         return bool(self.signum)
 
 

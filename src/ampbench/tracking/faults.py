@@ -42,6 +42,7 @@ _SIGNS = (
     ("unresolved", ("name or service not known", "name resolution", "nodename nor servname"), ""),
     ("http", ("failed with error code",), ""),
     ("scheme", ("got unsupported uri", "could not find a registered"), ""),
+    ("folder", ("filesystem tracking backend",), "MLflow's folder store is in maintenance mode"),
 )
 
 
@@ -124,6 +125,8 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
         )
     elif kind == "scheme":  # its first sentence: the list of schemes that follows is cut short
         text = f"MLflow store {uri}: not a kind of store MLflow knows ({reason.split('. ')[0]}); {SCHEMES}"
+    elif kind == "folder":  # final pass J: MLflow's own text, cut mid-word, then "check the store"
+        text = f"MLflow store {uri} is a folder ({reason}); {SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
     else:
         text = (
             f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "

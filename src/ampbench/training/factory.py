@@ -31,6 +31,7 @@ from torch import nn
 
 from ampbench.config import ConfigError, ModelConfig
 from ampbench.training.model import AlexNet
+from ampbench.training.stopping import Stopped
 
 TORCHVISION = "torchvision:"
 ALEXNET_SIZE = 32  # AlexNet's classifier takes the 2x2 map a 32x32 image leaves
@@ -76,6 +77,8 @@ def build(cfg: ModelConfig, num_classes: int, image_size: int = ALEXNET_SIZE, st
 def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -> nn.Module:
     try:
         net = factory(num_classes)
+    except Stopped:  # a Ctrl-C while the user's factory ran (final pass I: one that never returns)
+        raise
     except (Exception, SystemExit) as err:  # the user's code (sys:exit too), named in one line
         raise ConfigError(
             f"model.name: {name}({num_classes}) raised {type(err).__name__}: "
@@ -111,6 +114,8 @@ def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int
     try:
         with torch.no_grad():
             out = model(torch.zeros(2, 3, image_size, image_size, dtype=torch.uint8))
+    except Stopped:
+        raise
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:300]
         if not any(word in detail.lower() for word in SHAPE_WORDS):  # the user's own RuntimeError
@@ -165,15 +170,21 @@ def _run_module(module_name: str, name: str):
     line (hostile re-run: a module that raised at import gave a 40-line traceback)."""
     try:
         return importlib.import_module(module_name)
-    except ModuleNotFoundError:
+    except (ModuleNotFoundError, Stopped):
         raise
     except (Exception, SystemExit) as err:
         import traceback
 
-        where = traceback.extract_tb(err.__traceback__)[-1]
+        frame = traceback.extract_tb(err.__traceback__)[-1]  # a SyntaxError's: importlib's (pass J)
+        where = (
+            f"{err.filename}:{err.lineno}"
+            if isinstance(err, SyntaxError)
+            else f"{frame.filename}:{frame.lineno}"
+        )
+        what = err.msg if isinstance(err, SyntaxError) else " ".join(str(err).split())[:200]
         raise ConfigError(
-            f"model.name: {name}: importing {module_name} raised {type(err).__name__} at "
-            f"{where.filename}:{where.lineno}: {' '.join(str(err).split())[:200]}; fix the module"
+            f"model.name: {name}: importing {module_name} raised {type(err).__name__} at {where}: {what}; "
+            "fix the module"
         ) from err
 
 
@@ -197,10 +208,25 @@ def torchvision_choices() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
+LIST_MODELS = (
+    'python -c "import torchvision; print(torchvision.models.list_models(module=torchvision.models))"'
+)
+
+
 def _unknown(name: str, why: str) -> ConfigError:
-    listed = ", ".join(f"{TORCHVISION}{c}" for c in torchvision_choices())
+    """The choices, the nearest torchvision names first, not all of them (final pass J: one line of
+    2,301 characters listing every torchvision model)."""
+    import difflib
+
+    choices, arch = torchvision_choices(), name.removeprefix(TORCHVISION)
+    near = [c for c in choices if c.startswith(arch)] or difflib.get_close_matches(arch, choices, n=3)
+    if not (name.startswith(TORCHVISION) and near):
+        near = ["resnet18"]
     return ConfigError(
-        f"model.name: {name!r}: {why}. Choose alexnet, <module.path>:<factory> (your own) or one of {listed}"
+        f"model.name: {name!r}: {why}. Choose alexnet, <module.path>:<factory> (your own) or "
+        f"{TORCHVISION}<model>, one of torchvision's {len(choices)} classification models ("
+        f"{'closest' if near != ['resnet18'] else 'e.g.'} {', '.join(TORCHVISION + c for c in near[:3])}; "
+        f"all: {LIST_MODELS})"
     )
 
 

@@ -42,6 +42,7 @@ from ampbench.training.model import DtypeProbe
 from ampbench.training.parallel import ParallelStrategy, agree
 from ampbench.training.precision import PrecisionStrategy
 from ampbench.training.step import epoch_metrics
+from ampbench.training.stopping import Stopped
 
 if TYPE_CHECKING:
     from ampbench.training.progress import StageProgress
@@ -49,10 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # tqdm's monitor thread wakes every 10 s to look at the bars: Python code beside the timed steps.
 tqdm.monitor_interval = 0
-
-
-class Stopped(Exception):
-    """Training stopped on request (SIGTERM / Ctrl-C) after saving a checkpoint."""
 
 
 @dataclass

@@ -1,0 +1,52 @@
+"""A stop that comes before the training loop is there (a model factory that never returns) stops
+the stage at once; once the loop has asked, a stop waits for its step boundary (final pass I:
+"stopping at the next step boundary", then 105 s of silence; a second Ctrl-C killed it without a
+word)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from ampbench.stages.stop import StopFlag
+from ampbench.training.stopping import Stopped
+
+
+@pytest.fixture
+def handlers():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_a_stop_before_the_first_step_raises_at_once(handlers, monkeypatch, caplog):
+    monkeypatch.delenv("RANK", raising=False)
+    caplog.set_level(logging.WARNING)
+    flag = StopFlag()
+    with pytest.raises(Stopped, match="before the first training step"):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the factory that never returns
+    assert "SIGINT received before the first training step: stopping now" in caplog.text
+
+
+def test_after_the_loop_asked_a_stop_waits_for_its_step_boundary(handlers, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    flag = StopFlag()
+    assert flag() is False  # the loop's first question, after its first step
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.1)  # the handler ran: no exception, the flag is set
+    assert flag() is True and flag.signum == signal.SIGINT
+
+
+def test_a_ddp_worker_keeps_to_the_flag_from_the_start(handlers, monkeypatch):
+    """Its peers must stop at the same step: a worker raising alone would leave them waiting."""
+    monkeypatch.setenv("RANK", "1")
+    flag = StopFlag()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    assert flag() is True
