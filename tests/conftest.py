@@ -495,3 +495,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+def paced(line: str) -> bool:
+    """A line a slow or loaded machine adds to a command's own (measuring/pace.py between measured
+    pieces, stages/starting.py before the first line): not part of what a test checks in order."""
+    return any(f" INFO {name}: " in line for name in ("ampbench.measuring.pace", "ampbench.stages.starting"))
