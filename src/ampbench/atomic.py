@@ -72,6 +72,23 @@ def atomic_save(obj: object, path: Path) -> None:
         raise
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    """`text` to `path` through a temp file and a rename: never in place. A DVC output checked out
+    as a hard link into DVC's cache (cache type hardlink) would otherwise be written through the
+    link into the cache itself (final pass L: source.json and the digest rewritten inside
+    .dvc/cache, which then no longer matched their names, and `dvc repro` could not recover)."""
+    tmp = path.with_name(temp_name(path))
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 # Less than this left after a failed write (the partial temp file still there) means it failed for
 # want of space: a filesystem block or two, plus slack for what other writers took meanwhile.
 FULL_MARGIN = 1 << 20

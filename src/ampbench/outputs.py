@@ -37,6 +37,12 @@ def check_writable(root: Path, folders: tuple[str, ...] = ()) -> None:
     none of `folders` (relative to root, those the stage writes into) is a file, or OutputsError: a
     read-only or foreign-owned reports folder is refused before the stage's work, not when its
     files move into place."""
+    if root.is_symlink() and not root.exists():  # final pass L: mkdir's FileExistsError traceback
+        target = os.readlink(root)
+        raise OutputsError(
+            f"{root} is a link to {target}, which does not exist: make that folder (`mkdir -p {target}`) "
+            "or remove the link, then re-run"
+        )
     for folder in folders:
         for part in (*Path(folder).parents[::-1][1:], Path(folder)):  # plots, then plots/curves
             if (root / part).exists() and not (root / part).is_dir():

@@ -115,3 +115,18 @@ def test_evaluate_logs_each_model_as_a_reference_with_its_scores(project, monkey
     assert tracker.client.get_run(run_id).data.metrics["test/accuracy"] == linked["test/accuracy"]
     stored = [f for f in (project / "mlruns").rglob("*") if f.is_file()]
     assert stored and all(f.stat().st_size < 1_000_000 for f in stored)  # stubs and PNGs, no weights
+
+
+def test_a_model_of_other_classes_than_the_test_set_is_refused(tmp_path):
+    """Final pass L: `evaluate --set data.url=<2 classes>` under 10-class models: an IndexError
+    traceback after 10 s."""
+    from types import SimpleNamespace
+
+    from ampbench.stages.evaluate import check_classes
+
+    saved = SimpleNamespace(classes=[f"c{i}" for i in range(10)])
+    check_classes(saved, [f"c{i}" for i in range(10)], tmp_path / "model.pt")  # the same: no error
+    with pytest.raises(
+        Exception, match=r"was trained on 10 classes .* the prepared test set has 2 \(cat, dog\)"
+    ):
+        check_classes(saved, ["cat", "dog"], tmp_path / "model.pt")

@@ -4,6 +4,7 @@ saved nothing, and the launcher said "every DDP worker saved a checkpoint"."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ampbench.stages import launch
@@ -26,3 +27,29 @@ def test_a_stop_after_a_checkpoint_names_where_it_is(tmp_path: Path):
     (work / "seed-1" / "checkpoint.pt").write_bytes(b"x")
     said = launch._what_was_saved(work, HINT)
     assert f"saved their work in {work}/" in said and said.endswith(HINT), said
+
+
+def test_under_nohup_torchruns_agent_leaves_sighup_ignored(monkeypatch, tmp_path: Path):
+    """Final pass K: `nohup make run`, then a hang-up during the DDP stage: torchrun's agent had
+    put its own SIGHUP handler in and stopped the workers."""
+    import signal
+
+    import torch.distributed.run as torch_run
+
+    from ampbench.config import load_config
+    from ampbench.stages import launch
+    from conftest import REPO
+
+    seen = {}
+    monkeypatch.setattr(torch_run, "main", lambda args: seen.update(env=os.environ.get(ENV)))
+    monkeypatch.delenv(ENV, raising=False)
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        launch.torchrun(["train"], load_config(REPO / "params.yaml"), tmp_path, "make run")
+    finally:
+        signal.signal(signal.SIGHUP, before)
+        os.environ.pop(ENV, None)
+    assert seen["env"] == "SIGTERM,SIGINT,SIGQUIT"
+
+
+ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"

@@ -48,6 +48,15 @@ def test_a_file_in_a_report_folders_place_is_refused_before_the_work(tmp_path, i
     assert str(err.value).startswith(f"{root / in_the_way} is a file where a folder of reports goes: move it")
 
 
+def test_a_reports_link_to_nothing_is_refused_before_the_work(tmp_path):
+    """Final pass L: `reports` a link to a folder that is gone: a FileExistsError traceback."""
+    root = tmp_path / "reports"
+    root.symlink_to(tmp_path / "gone")
+    with pytest.raises(outputs.OutputsError) as err, outputs.staged(root):
+        pass
+    assert str(err.value).startswith(f"{root} is a link to {tmp_path / 'gone'}, which does not exist")
+
+
 def test_a_move_that_fails_names_the_report_not_the_staging_folder(tmp_path):
     root = tmp_path / "reports"
     (root / "metrics" / "a").mkdir(parents=True)  # in the file's place, unsuffixed: found at the move

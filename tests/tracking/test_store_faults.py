@@ -310,3 +310,19 @@ def test_a_folder_as_the_store_is_named_with_its_fixes(tmp_path, monkeypatch):
         f"MLflow store {tmp_path} is a folder (MLflow's folder store is in maintenance mode); "
         f"{faults.SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
     ), line
+
+
+@pytest.mark.parametrize("uri", ["postgresql://u@127.0.0.1:1/x", "mysql+mysqldb://u@127.0.0.1/x"])
+def test_a_database_store_without_its_driver_is_one_line(uri):
+    """Final pass L: a 66-line traceback ending "ModuleNotFoundError: No module named 'psycopg'"."""
+    from ampbench.tracking import store
+
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'psycopg'", name="psycopg")
+        except ModuleNotFoundError as missing:
+            raise RuntimeError("the store could not be opened") from missing
+    except RuntimeError as err:
+        line = str(store.store_fault(err, uri))
+    assert line.startswith(f"MLflow store {uri} needs the database driver 'psycopg', which is not installed")
+    assert store.store_fault(ModuleNotFoundError("x", name="x"), "sqlite:///mlflow.db") is None

@@ -226,8 +226,8 @@ def save_dataset(ds: dict, path: Path) -> None:
         legacy.unlink(missing_ok=True)
     try:
         atomic.atomic_save(ds, path)  # removes its own stale temps of dead writers first
-        _digest_file(path).write_text(
-            json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n", encoding="utf-8"
+        atomic.atomic_write_text(
+            _digest_file(path), json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n"
         )
     except OSError as exc:
         raise DataError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from ampbench import atomic
 from ampbench.config import Config, ConfigError
 from ampbench.config.strict import shown
 from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE
@@ -33,7 +34,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         image_size=d.image_size,
     )
     made = {**data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
-    SOURCE_FILE.write_text(json.dumps(made, indent=1) + "\n", encoding="utf-8")
+    atomic.atomic_write_text(SOURCE_FILE, json.dumps(made, indent=1) + "\n")  # never through DVC's link
     return 0
 
 

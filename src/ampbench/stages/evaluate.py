@@ -148,6 +148,7 @@ def evaluate_variant(
             raise FileNotFoundError(f"{path} {missing(path)}: run `ampbench train` for {variant} first")
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
+        check_classes(saved, classes, path)
         clock.mark("load")
         flip = saved.config["train"]["eval_flip"]
         preds = predict(model, images, flip).cpu()
@@ -225,6 +226,17 @@ def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tra
         )
     if tracker is not None:
         _check_run_in_store(tracker, saved.run_id, path)
+
+
+def check_classes(saved: ModelFile, classes: list[str], path: Path) -> None:
+    """The model was trained on the classes of the test set it is scored on (final pass L: a
+    2-class data set under 10-class models gave an IndexError traceback)."""
+    if list(saved.classes) != list(classes):
+        raise ModelFileError(
+            f"{path} was trained on {len(saved.classes)} classes ({', '.join(saved.classes)[:120]}), the "
+            f"prepared test set has {len(classes)} ({', '.join(classes)[:120]}): evaluate with the data "
+            "it was trained on (data.url as it was, then `ampbench download`), or train again on this one"
+        )
 
 
 def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:

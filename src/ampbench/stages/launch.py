@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -73,6 +74,10 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
     handlers = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     }
+    if handlers[signal.SIGHUP] is signal.SIG_IGN:  # nohup: the agent must not take SIGHUP as a stop
+        # (final pass K: `nohup make run` ended at a hang-up in the DDP stage); its workers inherit
+        # the ignored SIGHUP, as their StopFlag keeps it
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"
     code = 1
     try:
         torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause

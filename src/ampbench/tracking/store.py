@@ -23,6 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ampbench.chains import chain
 from ampbench.paths import unwritable
 from ampbench.tracking import faults
 
@@ -267,5 +268,19 @@ def brief(err: BaseException) -> str:
 def store_fault(err: BaseException, uri: str | None = None) -> TrackingError | None:
     """One line for a store fault in err's chain (what failed, which store, the fix), or None."""
     uri = uri or tracking_uri()
-    text = faults.describe(err, uri, _sqlite_file(uri))
+    text = _missing_driver(err, uri) or faults.describe(err, uri, _sqlite_file(uri))
     return TrackingError(text) if text else None
+
+
+def _missing_driver(err: BaseException, uri: str) -> str | None:
+    """A database store whose Python driver is not installed (final pass L: postgresql:// and
+    mysql:// gave a 66-line traceback ending "No module named 'psycopg'")."""
+    scheme = uri.partition("://")[0].partition("+")[0]
+    gone = next((e for e in chain(err) if isinstance(e, ModuleNotFoundError)), None)
+    if gone is None or "://" not in uri or scheme in ("sqlite", "http", "https", "file", "databricks"):
+        return None
+    return (
+        f"MLflow store {uri} needs the database driver {gone.name!r}, which is not installed here: "
+        "install it in this environment (PostgreSQL: psycopg or psycopg2-binary, MySQL: mysqlclient), or set "
+        "MLFLOW_TRACKING_URI to sqlite:///<path>.db or a tracking server's http(s)://<host>:<port>"
+    )
