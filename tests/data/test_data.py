@@ -539,7 +539,7 @@ def test_save_dataset_makes_the_rename_durable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", record)
     prepared.save_dataset({"classes": ["a"]}, tmp_path / "ds.pt")
-    assert synced == [False, True]  # the file, then its folder
+    assert synced == [False, True, False]  # the file, then its folder; then the digest file beside it
 
 
 def _class_tree(root: Path, names: list[str]) -> Path:

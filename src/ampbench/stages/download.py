@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-from ampbench import atomic
 from ampbench.config import Config, ConfigError
 from ampbench.config.strict import shown
 from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE
@@ -34,6 +33,8 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         image_size=d.image_size,
     )
     made = {**data_source(cfg), "num_classes": len(summary["classes"])}  # a fact, not a setting
+    from ampbench import atomic  # torch: not for the light commands that check the prepared data
+
     atomic.atomic_write_text(SOURCE_FILE, json.dumps(made, indent=1) + "\n")  # never through DVC's link
     return 0
 
