@@ -173,7 +173,11 @@ def _train_one(
         hooks.close()  # the sender's last try; what it could not send stays pending (model.pt)
         t0 = time.perf_counter()
         saved = _model_file(job, out, variant, run_id, stage.variant_run_id, hooks.state())
-        saved.save(job.checkpoint_path.with_name("model.pt"))
+        try:
+            saved.save(job.checkpoint_path.with_name("model.pt"))
+        except BaseException:  # a full disk: the run ends FAILED, not RUNNING for good (final pass L)
+            train_runs.end_seed_run(stage, run_id, hooks, "FAILED")
+            raise
         job.checkpoint_path.unlink(missing_ok=True)
         out["result"].model_save_seconds = time.perf_counter() - t0  # in memory: the file is written
         train_runs.close_seed_run(stage, saved, job.checkpoint_path.with_name("model.pt"))
