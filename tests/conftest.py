@@ -501,3 +501,14 @@ def paced(line: str) -> bool:
     """A line a slow or loaded machine adds to a command's own (measuring/pace.py between measured
     pieces, stages/starting.py before the first line): not part of what a test checks in order."""
     return any(f" INFO {name}: " in line for name in ("ampbench.measuring.pace", "ampbench.stages.starting"))
+
+
+@pytest.fixture
+def handlers():
+    """The stop signals' handlers put back after a test that installs a stage's own (StopFlag)."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

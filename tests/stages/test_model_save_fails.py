@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 
 import pytest
 
 from ampbench import cli
 from ampbench.checkpoints.state import ModelFile
 from conftest import runs
-
-
-@pytest.fixture
-def handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 @pytest.mark.slow  # trains the tiny project's variant in this process

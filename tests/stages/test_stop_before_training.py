@@ -16,14 +16,6 @@ from ampbench.stages.stop import StopFlag
 from ampbench.training.stopping import Stopped
 
 
-@pytest.fixture
-def handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def test_a_stop_before_the_first_step_raises_at_once(handlers, monkeypatch, caplog):
     monkeypatch.delenv("RANK", raising=False)
     caplog.set_level(logging.WARNING)
