@@ -28,6 +28,7 @@ from ampbench.tracking.tracker import (
     TrackingError,
     environment_facts,
 )
+from ampbench.tracking.waiting import said_while_waiting
 from ampbench.training import loop
 
 log = logging.getLogger(__name__)
@@ -189,11 +190,12 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     pending = [p for p in saved.pending_metrics or [] if p[0] not in held]
     hooks = EpochHooks(tracker, run_id, pending, background=False)
     try:
-        hooks.flush()
-        tracker.log_params(run_id, result.params())
-        tracker.log_metrics(run_id, result.metrics(), step=len(saved.history))
-        tracker.set_tags(run_id, {"diverged": str(result.diverged).lower()})
-        tracker.end(run_id, "FINISHED")
+        with said_while_waiting(f"seed {saved.seed}", tracker.uri):
+            hooks.flush()
+            tracker.log_params(run_id, result.params())
+            tracker.log_metrics(run_id, result.metrics(), step=len(saved.history))
+            tracker.set_tags(run_id, {"diverged": str(result.diverged).lower()})
+            tracker.end(run_id, "FINISHED")
     except Exception as err:
         raise TrackingError(
             f"seed {saved.seed} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
