@@ -41,7 +41,9 @@ def test_under_nohup_torchruns_agent_leaves_sighup_ignored(monkeypatch, tmp_path
     from conftest import REPO
 
     seen = {}
-    monkeypatch.setattr(torch_run, "main", lambda args: seen.update(env=os.environ.get(ENV)))
+    monkeypatch.setattr(
+        torch_run, "main", lambda args: seen.update(env=torch_run.parse_args(args).signals_to_handle)
+    )
     monkeypatch.delenv(ENV, raising=False)
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -52,4 +54,4 @@ def test_under_nohup_torchruns_agent_leaves_sighup_ignored(monkeypatch, tmp_path
     assert seen["env"] == "SIGTERM,SIGINT,SIGQUIT"
 
 
-ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+ENV = "PET_SIGNALS_TO_HANDLE"  # torchrun's --signals-to-handle

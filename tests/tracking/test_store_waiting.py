@@ -11,6 +11,7 @@ from ampbench.tracking import waiting
 
 def test_a_wait_on_the_store_says_so_and_stops_saying_it_when_done(monkeypatch, caplog):
     caplog.set_level(logging.INFO)
+    monkeypatch.setattr(waiting, "FIRST_S", 0.1)
     monkeypatch.setattr(waiting, "EVERY_S", 0.1)
     with waiting.said_while_waiting("seed 0", "sqlite:///mlflow.db"):
         time.sleep(0.35)  # the store holds the call

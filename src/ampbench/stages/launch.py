@@ -77,7 +77,8 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
     if handlers[signal.SIGHUP] is signal.SIG_IGN:  # nohup: the agent must not take SIGHUP as a stop
         # (final pass K: `nohup make run` ended at a hang-up in the DDP stage); its workers inherit
         # the ignored SIGHUP, as their StopFlag keeps it
-        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"
+        # torchrun's --signals-to-handle (read from PET_SIGNALS_TO_HANDLE) sets the agent's list
+        os.environ["PET_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"
     code = 1
     try:
         torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause
