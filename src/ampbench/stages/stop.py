@@ -71,18 +71,14 @@ class StopFlag:
             # warm stage directly and through its client), not a second request.
             if time.monotonic() - self.since < 1.0:
                 return
-            log.warning(
-                "%s again: stopping now, without a checkpoint of this step", signal.Signals(signum).name
-            )
+            log.warning("%s again: stopping now, without a checkpoint of this step", name)
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         self.signum, self.since = signum, time.monotonic()
         if not self.asked:
             from ampbench.training.stopping import Stopped
 
-            log.warning(
-                "%s received before the first training step: stopping now", signal.Signals(signum).name
-            )
+            log.warning("%s received before the first training step: stopping now", name)
             raise Stopped("stopped before the first training step (nothing trained, nothing to save)")
         log.warning("%s received: stopping at the next step boundary", name)
 
