@@ -121,26 +121,30 @@ def _function(target: str):
     return getattr(importlib.import_module(module), function)
 
 
+def _logging(verbose: bool) -> None:
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
+        if "RANK" in os.environ
+        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[BarSafeHandler()],
+    )
+    if not verbose:
+        # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
+        # transaction (a full disk) before the error reaches our one line: not the user's business
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
+        logging.getLogger("torch").setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in HELPERS:
         return _function(HELPERS[argv[0]])(*argv[1:])
     args = _parser(argv[:1]).parse_args(argv)  # `ampbench --help` imports no command
     _printable_output()
-    rank = os.environ.get("RANK", "0")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
-        if "RANK" in os.environ
-        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[BarSafeHandler()],
-    )
-    if not args.verbose:
-        # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
-        # transaction (a full disk) before the error reaches our one line: not the user's business
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-        # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
-        logging.getLogger("torch").setLevel(logging.WARNING)
+    _logging(args.verbose)
     cfg = None
     try:
         if fault := unreadable_folder():
@@ -165,14 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if interrupts.came:  # what a swallowed Ctrl-C broke (a half-made import): a stop, not a fault
             return _interrupted(args.command)
-        kinds = {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
-        if STOPPED in kinds:
-            log.error("%s", err)
-            return EXIT_STOPPED
         if debugging(args):
             raise
         user_code = cfg and _user_code_line(err, cfg.model.name)  # a ValueError there: where it was
-        if kinds & EXPECTED_ERRORS and not user_code:
+        if _kinds(err) & EXPECTED_ERRORS and not user_code:
             log.error("%s", err)
             return EXIT_ERROR
         line = user_code or _fault_line(err)
@@ -180,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", line)
             return EXIT_ERROR
         raise
+    except BaseException as err:  # Stopped is one, as KeyboardInterrupt is: no `except Exception` takes it
+        if STOPPED not in _kinds(err):
+            raise
+        log.error("%s", err)
+        return EXIT_STOPPED
 
 
 class BarSafeHandler(logging.StreamHandler):
@@ -257,6 +262,12 @@ def _fault_line(err: BaseException) -> str | None:
 def all_overrides(args) -> list[str]:
     """``--set`` overrides, with `ampbench variant`'s quick run and own options (--epochs, ...)."""
     return cli_options.variant_overrides(args)
+
+
+def _kinds(err: BaseException) -> set[tuple[str, str]]:
+    """(package, class name) of err's class and its bases: the project's errors told apart
+    without importing the modules (torch) that define them."""
+    return {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
 
 
 def run() -> int:

@@ -42,3 +42,28 @@ def test_a_ddp_worker_keeps_to_the_flag_from_the_start(handlers, monkeypatch):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.1)
     assert flag() is True
+
+
+def test_a_stop_while_the_data_set_loads_is_a_stop_not_a_damaged_file(
+    handlers, monkeypatch, tmp_path, caplog
+):
+    """CI, a warm stage Ctrl-C'd at its first instant: the Stopped raised inside torch.load was
+    caught as a load failure, "data/prepared/cifar10.pt is unreadable (stopped before the first
+    training step ...); delete it and re-download", exit 70 (and a user told to delete good data)."""
+    import torch
+
+    from ampbench.data import prepared
+
+    monkeypatch.delenv("RANK", raising=False)
+    caplog.set_level(logging.WARNING)
+    path = tmp_path / "cifar10.pt"
+    path.write_bytes(b"any")
+
+    def load(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # a large file read: the handler runs in here
+
+    monkeypatch.setattr(torch, "load", load)
+    StopFlag()
+    with pytest.raises(Stopped, match="before the first training step"):
+        prepared.load_dataset(path)

@@ -85,9 +85,10 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     from ampbench.stages.stop import StopFlag
     from ampbench.training import loop, peers
 
-    # a DDP worker stops if torchrun dies; any other stage if the DVC that started it dies
-    stop = StopFlag(watch_parent="RANK" in os.environ)
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
+    # a DDP worker stops if torchrun dies; any other stage if the DVC that started it dies. Last
+    # before run(): from here a stop raises Stopped, which run() turns into its line and status.
+    stop = StopFlag(watch_parent="RANK" in os.environ)
 
     def run() -> int:
         try:
