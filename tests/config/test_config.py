@@ -230,6 +230,20 @@ def test_params_that_is_a_folder_or_not_utf8_is_a_config_error(tmp_path: Path):
         load_config(path)
 
 
+def test_text_ending_in_a_colon_is_told_as_yaml_not_as_a_type():
+    """Hostile pass WARN: `--set model.name=torchvision:` said "expected str, got dict"."""
+    with pytest.raises(ConfigError, match=r"'torchvision:' reads as a YAML mapping.*torchvision:resnet18"):
+        load_config(REPO / "params.yaml", ["model.name=torchvision:"])
+
+
+def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
+    """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
+    link = tmp_path / "params.yaml"
+    link.symlink_to(tmp_path / "gone" / "params.yaml")
+    with pytest.raises(ConfigError, match=r"a link to .*gone/params\.yaml, which does not exist; restore"):
+        load_config(link)
+
+
 @pytest.mark.no_store
 @pytest.mark.parametrize(
     "args",

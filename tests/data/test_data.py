@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import io
 import json
+import logging
 import os
 import pickle
 import tarfile
@@ -400,6 +401,21 @@ def test_own_image_folder_any_size_resized_to_image_size(tmp_path):
     assert ds["train_images"].shape == (6, 3, 24, 24) and ds["test_images"].shape == (6, 3, 24, 24)
     # resized, not cropped or padded: a uniform image stays uniform at its value
     assert ds["train_images"][ds["train_labels"] == 2].unique().tolist() == [100]
+
+
+def test_files_that_are_not_images_read_here_are_said_not_passed_over(image_folder, caplog):
+    """Hostile pass WARN: BMP, TIFF and GIF files were left out without a word (torchvision's
+    make_dataset keeps the suffixes it is given), so a class could be prepared from a few images."""
+    for name in ("0001.bmp", "0002.bmp", "0003.tif"):
+        (image_folder / "train" / "cat" / name).write_bytes(b"BM not read")
+    (image_folder / "train" / "cat" / ".DS_Store").write_bytes(b"finder")  # hidden: not the user's data
+    caplog.set_level(logging.WARNING)
+    ds = prepared.load_image_folder(image_folder)
+    assert len(ds["train_labels"]) == 40  # the PNGs, as before
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(said) == 1, caplog.text  # train/ only: test/ has none
+    assert "3 of its 43 files are left out" in said[0] and "2 .bmp, 1 .tif" in said[0], said
+    assert "e.g. cat/0001.bmp" in said[0] and said[0].endswith("convert them to PNG to include them")
 
 
 def test_image_folder_other_classes_sorted(tmp_path):

@@ -75,7 +75,7 @@ def test_ctrl_c_of_make_run_says_how_to_resume_and_the_rerun_resumes(tmp_path: P
     assert proc.wait(120) == -signal.SIGINT  # make ends by the signal: a shell shows status 130
     out = (proj / "stop.log").read_text()
     stop = re.search(
-        r"stopped at epoch (\d+) step (\d+); checkpoint saved in checkpoints/single-fp32/\. (.*)", out
+        r"stopped at seed 0 epoch (\d+) step (\d+); checkpoint saved in checkpoints/single-fp32/\. (.*)", out
     )
     assert stop, out
     assert stop[3] == f"To resume: make run DATA='{archive}'"  # quoted: a path with spaces pastes whole
@@ -104,7 +104,7 @@ def _stopped_make_run(tmp_path: Path, procs, stop) -> str:
     signum = stop(proc.pid)
     assert proc.wait(120) == -signum  # make ends by the signal
     out = (proj / "stopped.log").read_text()
-    saved = r"stopped at epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\."
+    saved = r"stopped at seed 0 epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/\."
     assert re.search(saved, out), out
     for noise in ("ERROR", "make: ***", "Traceback"):
         assert noise not in out, out

@@ -160,6 +160,8 @@ def test_sigterm_saves_mid_epoch_marks_killed_and_resume_is_exact(tmp_path, proc
     saved = load_pt(ckpt)
     assert saved["epoch"] >= 1 and saved["step"] > 0  # a stop saves mid-epoch, at a step boundary
     assert "SIGTERM received" in stage_log(proj)
+    where = f"stopped at seed 0 epoch {saved['epoch'] + 1} step {saved['step']}; checkpoint saved"
+    assert where in stage_log(proj)  # the seed named: a study trains several
     assert run_status(proj, saved["run_id"]) == "KILLED"
     assert [r.info.status for r in runs(proj, kind="variant")] == ["KILLED"]  # not left RUNNING
 
@@ -222,7 +224,7 @@ def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
     assert not [p for p in tree if alive(p)], "DDP processes outlived the launcher"
     log = stage_log(proj)
     assert log.count("SIGTERM received") == 2
-    assert "[rank 0] ampbench.stages.train_main: stopped at epoch" in log
+    assert "[rank 0] ampbench.stages.train_main: stopped at seed 0 epoch" in log
     assert "To resume, run the same command again: ampbench train --parallel ddp" in log
     for note in ("closing signal", "death signal", "OMP_NUM_THREADS"):  # torchrun's: our lines say it
         assert note not in log, log

@@ -175,7 +175,7 @@ def test_a_workers_stop_or_lost_peer_is_not_written_into_torchruns_report(ending
     error_file = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
     monkeypatch.setenv("WORLD_SIZE", "2")
-    failure = loop.Stopped("stopped at epoch 4 step 7; checkpoint saved") if ending == "stopped" else (
+    failure = loop.Stopped("stopped at seed 0 epoch 4 step 7; checkpoint saved") if ending == "stopped" else (
         dist.DistError("Connection reset by peer"))  # fmt: skip
 
     def ends(*args, **kwargs):

@@ -66,6 +66,14 @@ def _check_value(key: str, value: object, hint: typing.Any, problems: list[str])
             return value
     if key in _TEXT_KEYS and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # YAML read an all-digit checksum as a number
+    if hint is str and isinstance(value, dict) and len(value) == 1 and None in value.values():
+        # `--set model.name=torchvision:` (hostile pass WARN: "expected str, got dict")
+        text = f"{next(iter(value))}:"
+        problems.append(
+            f"{key}: {text!r} reads as a YAML mapping, not text, as it ends in a colon: write what comes "
+            f"after the colon (e.g. torchvision:resnet18), or quote it"
+        )
+        return value
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {shown(value)}")
     elif hint is int and abs(value) > INT_LIMIT:  # no count is that large; the rules' arithmetic breaks

@@ -122,6 +122,10 @@ def read_params(path: Path) -> object:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except FileNotFoundError:
+        if os.path.islink(path):  # "not found" of a file that `ls` lists: say what it points at
+            raise ConfigError(
+                f"params file {path}: a link to {os.readlink(path)}, which does not exist; {FIX}"
+            ) from None
         raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
     except OSError as err:
         raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None

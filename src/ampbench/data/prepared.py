@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ampbench import atomic
-from ampbench.data import download_lines, resize
+from ampbench.data import download_lines, image_files, resize
 from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
 
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
@@ -49,7 +49,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
 
 
 def _bundle(train_images, train_labels, test_images, test_labels, classes) -> dict:
@@ -104,10 +103,9 @@ def _class_names(folder: Path) -> set[str]:
 
 def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tuple[torch.Tensor, list[int]]:
     import torchvision
-    from torchvision.datasets.folder import make_dataset
 
     try:
-        samples = make_dataset(str(folder), class_to_idx, extensions=IMAGE_EXTENSIONS)
+        samples = image_files.samples(folder, class_to_idx)
     except FileNotFoundError as exc:
         raise DataError(f"{folder}: {exc}") from exc
     images = torch.empty((len(samples), 3, size, size), dtype=torch.uint8)

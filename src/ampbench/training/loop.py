@@ -174,7 +174,8 @@ class SeedTraining:
             if stop:
                 seconds, joules = clock.read()  # every rank is here: their joules summed
                 self.save(epoch, i + 1, stats.snapshot(), seconds, self._all_joules(joules))
-                raise Stopped(f"stopped at epoch {epoch + 1} step {i + 1}; checkpoint saved")
+                where = f"seed {self.job.seed} epoch {epoch + 1} step {i + 1}"
+                raise Stopped(f"stopped at {where}; checkpoint saved")
             if due:  # mid-epoch: the epoch end decides for itself
                 with clock.pause() as (seconds, joules):
                     self.save(epoch, i + 1, stats.snapshot(), seconds, self._all_joules(joules))

@@ -1,0 +1,46 @@
+"""Which files of an ImageFolder split are images the download stage reads, and the ones it leaves out.
+
+torchvision's ``make_dataset`` keeps the files whose suffix it is given and passes over the rest
+without a word: a folder of BMP or TIFF images (a format torchvision's decoder does not read) would
+have been prepared as a smaller data set, or an empty class, and the study run on it. The files left
+out are counted and said, once per split, with an example and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# What torchvision.io.decode_image reads as one RGB image (GIF may hold several frames: not here).
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
+
+
+def samples(folder: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]:
+    """(path, label) of every image under folder/<class>/, as make_dataset lists them; files left
+    out (not hidden, not of IMAGE_EXTENSIONS) are said in one warning."""
+    from torchvision.datasets.folder import make_dataset
+
+    found = make_dataset(str(folder), class_to_idx, extensions=IMAGE_EXTENSIONS)
+    left_out = [
+        path
+        for name in class_to_idx
+        for path in sorted((folder / name).rglob("*"))
+        if path.is_file()
+        and not path.name.startswith(".")
+        and not path.name.lower().endswith(IMAGE_EXTENSIONS)
+    ]
+    if left_out:
+        kinds = Counter(path.suffix.lower() or "(no suffix)" for path in left_out)
+        log.warning(
+            "%s: %d of its %d files are left out, as they are not PNG, JPEG or WebP images (%s; e.g. %s); "
+            "convert them to PNG to include them",
+            folder,
+            len(left_out),
+            len(left_out) + len(found),
+            ", ".join(f"{n} {kind}" for kind, n in kinds.most_common()),
+            left_out[0].relative_to(folder),
+        )
+    return found
