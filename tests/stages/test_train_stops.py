@@ -223,7 +223,7 @@ def test_sigterm_to_ddp_launcher_stops_every_worker(tmp_path, procs):
         time.sleep(0.2)
     assert not [p for p in tree if alive(p)], "DDP processes outlived the launcher"
     log = stage_log(proj)
-    assert log.count("SIGTERM received") == 2
+    assert log.count("SIGTERM received") == 1  # once per node: rank 1 says it at DEBUG (--verbose)
     assert "[rank 0] ampbench.stages.train_main: stopped at seed 0 epoch" in log
     assert "To resume, run the same command again: ampbench train --parallel ddp" in log
     for note in ("closing signal", "death signal", "OMP_NUM_THREADS"):  # torchrun's: our lines say it

@@ -80,7 +80,9 @@ class StopFlag:
 
             log.warning("%s received before the first training step: stopping now", name)
             raise Stopped("stopped before the first training step (nothing trained, nothing to save)")
-        log.warning("%s received: stopping at the next step boundary", name)
+        # Once per node: every DDP worker gets the signal; its other workers' copies are noise
+        say = log.warning if os.environ.get("LOCAL_RANK", "0") == "0" else log.debug
+        say("%s received: stopping at the next step boundary", name)
 
     def __call__(self) -> bool:
         self.asked = True  # the loop is there: from now on a stop waits for its step boundary
