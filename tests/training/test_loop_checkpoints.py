@@ -63,3 +63,34 @@ def test_a_failed_checkpoint_write_raises_in_training(tmp_path):
     job.checkpoint_path = blocker / "checkpoint.pt"
     with pytest.raises(files.CheckpointError, match="could not write checkpoint"):
         loop.train_seed(job)
+
+
+class _Progress:
+    """A stage's progress that has a line to say after every step."""
+
+    def __init__(self) -> None:
+        self.steps = self.reports = 0
+
+    def start_seed(self, *args) -> None:
+        pass
+
+    def step(self, device) -> bool:
+        self.steps += 1
+        return True
+
+    def report(self) -> None:
+        self.reports += 1
+
+    def epoch_done(self, device) -> None:
+        pass
+
+
+def test_no_estimate_line_between_a_stop_notice_and_the_stop(tmp_path):
+    """Hostile pass WARN: "SIGINT received: stopping at the next step boundary", then an estimate
+    of the time left, then the stop's own line."""
+    progress = _Progress()
+    job = _seed_job(tmp_path, lambda: progress.steps >= 2)  # the signal came during the 2nd step
+    job.progress = progress
+    with pytest.raises(loop.Stopped, match="stopped at seed 0 epoch 1 step 2"):
+        loop.train_seed(job)
+    assert progress.reports == 1  # after step 1 only

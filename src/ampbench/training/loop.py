@@ -163,7 +163,8 @@ class SeedTraining:
         for i, (images, labels) in enumerate(bar, start=first):
             self.step(images, labels)
             self.trainer.sched.step()
-            if progress and progress.step(self.device):
+            # no estimate once a stop is asked for: the stop's lines come next (hostile pass WARN)
+            if progress and progress.step(self.device) and not self.job.stop_requested():
                 with clock.pause():  # the estimate's log line is not training time
                     progress.report()
             # Every stop_check_every steps and at each epoch end (an epoch may be shorter than that).
