@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -47,6 +48,13 @@ def unwritable(folder: Path) -> str | None:
             return f"{existing} is a file"
         probe.write_bytes(b"")
         probe.unlink()
+    except PermissionError as err:
+        if err.errno == errno.EPERM:  # not EACCES: no permission bit refused it, a file attribute did
+            return (
+                f"{err.strerror}: {existing} may be immutable or append-only (`lsattr -d {existing}` "
+                f"shows an i or an a; `sudo chattr -i -a {existing}` clears them)"
+            )
+        return err.strerror or type(err).__name__
     except OSError as err:
         return err.strerror or type(err).__name__
     return None

@@ -141,9 +141,11 @@ def check_replaceable(out: Path) -> None:
     found = unreplaceable(out)
     if found:
         where, reason = found
+        owner = _owner(where)
+        fix = f"give it back (`sudo chown -R $USER {out}`)" if owner else "make it writable by this user"
         raise files.CheckpointError(
-            f"{out} cannot be replaced by this stage's models: {where}{_owner(where)} ({reason}): give it "
-            f"back (`sudo chown -R $USER {out}`) or remove it (`sudo rm -r {out}`), {rerun}"
+            f"{out} cannot be replaced by this stage's models: {where}{owner} ({reason}): {fix} "
+            f"or remove it (`sudo rm -r {out}`), {rerun}"
         )
 
 
