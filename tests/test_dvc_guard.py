@@ -5,8 +5,10 @@ download stage."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from ampbench.dvc_guard import data_fault
+from ampbench.dvc_guard import data_fault, params_fault
+from conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -27,3 +29,24 @@ def test_a_file_a_folder_or_a_url_passes(tmp_path):
     archive.write_bytes(b"")
     for data in (str(archive), str(tmp_path), archive.as_uri(), "https://example.org/c.tar.gz", ""):
         assert data_fault(data) == "", data
+
+
+def test_a_params_file_without_the_variant_axes_is_one_line_with_the_fix(tmp_path, monkeypatch):
+    """Hostile pass WARN: DVC's "failed to parse 'stages.train.matrix' in 'dvc.yaml': Could not
+    find 'variants.parallel'", with no fix."""
+    monkeypatch.chdir(tmp_path)
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    assert params_fault() == ""  # no params.yaml: not a project folder, DVC says so
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    assert params_fault() == ""  # the shipped file
+    del params["variants"]["precision"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert params_fault().startswith("ERROR: params.yaml has no variants.precision: dvc.yaml's matrix")
+    del params["variants"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    said = params_fault()
+    assert said.startswith("ERROR: params.yaml has no variants.parallel, variants.precision"), said
+    assert "`git checkout params.yaml`" in said
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
+    assert params_fault() == ""  # a pipeline of the user's own that reads no variant axes

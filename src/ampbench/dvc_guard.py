@@ -39,9 +39,31 @@ def params_fault() -> str:
     if not os.path.lexists(PARAMS_FILE):  # not a project folder: DVC says so itself
         return ""
     try:
-        read_params(Path(PARAMS_FILE))
+        raw = read_params(Path(PARAMS_FILE))
     except ConfigError as err:
         return f"ERROR: {err}"
+    return _axes_fault(raw)
+
+
+def _axes_fault(raw: object) -> str:
+    """The variant axes dvc.yaml's matrix reads (``${variants.parallel}``) that params.yaml lacks."""
+    try:
+        pipeline = Path("dvc.yaml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""  # DVC says what is wrong with its own file
+    axes = raw.get("variants") if isinstance(raw, dict) else None
+    missing = [
+        a
+        for a in ("parallel", "precision")
+        if f"${{variants.{a}}}" in pipeline and (not isinstance(axes, dict) or a not in axes)
+    ]
+    if missing:  # DVC: "Could not find 'variants.parallel'", with no fix (hostile pass WARN)
+        return (
+            f"ERROR: {PARAMS_FILE} has no {', '.join(f'variants.{a}' for a in missing)}: dvc.yaml's "
+            "matrix builds the study's variants from them; add them back (`git checkout params.yaml` "
+            "restores the nine: variants: {parallel: [single, dp, ddp], precision: [fp32, autocast, "
+            "autocast_gradscaler]})"
+        )
     return ""
 
 
