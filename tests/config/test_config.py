@@ -236,6 +236,12 @@ def test_text_ending_in_a_colon_is_told_as_yaml_not_as_a_type():
         load_config(REPO / "params.yaml", ["model.name=torchvision:"])
 
 
+def test_a_missing_params_file_given_by_path_is_not_told_to_run_from_the_repo_root(tmp_path: Path):
+    """Hostile pass WARN: `--params /tmp/nope.yaml` got "run from the repo root or pass --params"."""
+    with pytest.raises(ConfigError, match=r"nope\.yaml: not found; check the path given to --params$"):
+        load_config(tmp_path / "nope.yaml")
+
+
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
     """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
     link = tmp_path / "params.yaml"

@@ -126,7 +126,9 @@ def read_params(path: Path) -> object:
             raise ConfigError(
                 f"params file {path}: a link to {os.readlink(path)}, which does not exist; {FIX}"
             ) from None
-        raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+        if Path(path).name == "params.yaml" and not Path(path).parent.name:  # the default: where it is run
+            raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+        raise ConfigError(f"params file {path}: not found; check the path given to --params") from None
     except OSError as err:
         raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None
     try:

@@ -68,10 +68,16 @@ def prepared_mismatch(cfg: Config) -> list[str]:
 
 
 def check_prepared(cfg: Config) -> None:
-    """Refuse to train or evaluate on data other than the params say (the run would log wrong params)."""
+    """Refuse to train or evaluate on data other than the params say (the run would log wrong params),
+    or on none (hostile pass: `ampbench evaluate` before any download said "[Errno 2] No such file
+    or directory: 'data/prepared/cifar10.pt'", with no fix)."""
     wrong = prepared_mismatch(cfg)
     if wrong:
         raise ConfigError(
             f"{DATA_FILE} does not match the data settings ({'; '.join(wrong)}): run `ampbench download` "
             "(or `dvc repro`) with these settings first"
         )
+    if not DATA_FILE.is_file():
+        from ampbench.data.errors import DataError
+
+        raise DataError(f"{DATA_FILE} not found; run `ampbench download` / `dvc repro download` first")

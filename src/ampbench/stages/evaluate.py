@@ -145,7 +145,7 @@ def evaluate_variant(
     for seed in seeds:
         path = models_dir / variant / f"seed-{seed}" / "model.pt"
         if not path.exists():
-            raise FileNotFoundError(f"{path} {missing(path)}: run `ampbench train` for {variant} first")
+            raise _missing_model(path, variant)
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
         check_classes(saved, classes, path)
@@ -203,16 +203,26 @@ def _settings(saved: ModelFile) -> dict:
 
 def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]:
     """Each variant's seeds' training settings, from their model files (as the metrics files will
-    carry them), for ``report.mixed``; a missing file is left to the evaluation to report."""
+    carry them), for ``report.mixed``. A missing file is refused here, before any variant is
+    evaluated (hostile pass: three variants evaluated, then the fourth's missing model)."""
     records: dict[str, dict] = {}
     for variant in variants:
         rows = []
         for seed in seeds:
             path = models_dir / variant / f"seed-{seed}" / "model.pt"
-            if path.exists():  # mapped: the weights are read once, by the evaluation
-                rows.append(_settings(ModelFile.load(path, mmap=True)))
+            if not path.exists():
+                raise _missing_model(path, variant)
+            rows.append(_settings(ModelFile.load(path, mmap=True)))  # mapped: the weights are read once
         records[variant] = {"seeds": rows}
     return records
+
+
+def _missing_model(path: Path, variant: str) -> FileNotFoundError:
+    parallel, _, precision = variant.partition("-")
+    return FileNotFoundError(
+        f"{path} {missing(path)}: train {variant} first (`ampbench train --parallel {parallel} "
+        f"--precision {precision}`, or `dvc repro train@{variant}`)"
+    )
 
 
 def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tracker) -> None:
