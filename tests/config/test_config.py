@@ -242,6 +242,20 @@ def test_a_missing_params_file_given_by_path_is_not_told_to_run_from_the_repo_ro
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_problem_names_the_set_it_came_from_and_a_typo_its_likely_key(tmp_path: Path):
+    """Hostile pass WARNs: `train.epocs: unknown key (known: ...22 names)` with no guess; a bad
+    `--set train.epochs=ten` said exactly what the same value in params.yaml says."""
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "params.yaml", ["train.epocs=3", "train.lr=1", "train.lr=-1"])
+    text = str(err.value)
+    assert "train.epocs: unknown key (did you mean train.epochs? known: " in text
+    assert text.endswith("train.lr: -1.0 must be > 0 (from --set 'train.lr=-1')"), text
+    params = (REPO / "params.yaml").read_text(encoding="utf-8").replace("  epochs: 20", "  epochs: ten")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, params))
+    assert "train.epochs: expected int, got str 'ten'" in str(err.value) and "--set '" not in str(err.value)
+
+
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
     """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
     link = tmp_path / "params.yaml"

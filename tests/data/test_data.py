@@ -418,6 +418,24 @@ def test_files_that_are_not_images_read_here_are_said_not_passed_over(image_fold
     assert "e.g. cat/0001.bmp" in said[0] and said[0].endswith("convert them to PNG to include them")
 
 
+def test_class_folders_that_differ_are_named_and_one_class_is_refused(tmp_path):
+    """Hostile pass WARNs: "train has [10 names], test has [9]" (which one?); a data set of one
+    class was prepared and trained (exit 0), every prediction right by construction."""
+    png = torchvision.io.encode_png(_image(1)).numpy().tobytes()
+    for split, names in (("train", ("ant", "bee", "cat")), ("test", ("ant", "bee", "dog"))):
+        for name in names:
+            (tmp_path / "a" / split / name).mkdir(parents=True)
+            (tmp_path / "a" / split / name / "0.png").write_bytes(png)
+    with pytest.raises(prepared.DataError) as err:
+        prepared.load_image_folder(tmp_path / "a")
+    assert "must hold the same class folders (only in train/: cat; only in test/: dog); add" in str(err.value)
+    for split in ("train", "test"):
+        (tmp_path / "b" / split / "ant").mkdir(parents=True)
+        (tmp_path / "b" / split / "ant" / "0.png").write_bytes(png)
+    with pytest.raises(prepared.DataError, match=r"holds one class \(ant\); a classifier needs two or more"):
+        prepared.load_image_folder(tmp_path / "b")
+
+
 def test_image_folder_other_classes_sorted(tmp_path):
     for split in ("train", "test"):
         for i, name in enumerate(("zebra", "ant")):

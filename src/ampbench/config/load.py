@@ -7,6 +7,7 @@ types, then the ranges and bounds of ``config/rules.py``, all in one ConfigError
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from dataclasses import fields
@@ -105,7 +106,10 @@ def _build(cls: typing.Any, raw: object, prefix: str, problems: list[str]):
             problems.append(f"{prefix}{key}: {_REMOVED[prefix + key]}")
         elif key not in known:
             listed = known | ({"variants"} if not prefix else set())  # read before: the DVC matrix
-            problems.append(f"{cut(f'{prefix}{key}')}: unknown key (known: {', '.join(sorted(listed))})")
+            close = difflib.get_close_matches(str(key), listed, n=1)
+            guess = f"did you mean {prefix}{close[0]}? " if close else ""
+            names = ", ".join(sorted(listed))
+            problems.append(f"{cut(f'{prefix}{key}')}: unknown key ({guess}known: {names})")
     values = {}
     for f in fields(cls):
         if f.name in raw:
@@ -158,10 +162,23 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
     # Every field is well typed here, so the ranges run on all of them: all problems come out together.
     problems += config_rules.problems(cfg)
     if problems:  # at most MAX_PROBLEMS lines: a file of 50,000 unknown keys is not 50,000 lines
+        problems = [_with_source(problem, overrides) for problem in problems]
         more = len(problems) - MAX_PROBLEMS
         lines = "\n  ".join(problems[:MAX_PROBLEMS] + ([f"... and {more:,} more"] if more > 0 else []))
         raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
     return cfg
+
+
+def _with_source(problem: str, overrides: typing.Iterable[str]) -> str:
+    """The problem, with the --set that gave its value where one did (hostile pass WARN: a bad
+    `--set train.epochs=ten` read exactly as the same value in params.yaml): the last one wins."""
+    if "--set" in problem:
+        return problem
+    for item in reversed(list(overrides)):
+        key = item.partition("=")[0].strip()
+        if key and problem.startswith((f"{key}:", f"{key}[")):
+            return f"{problem} (from --set {shown(item)})"
+    return problem
 
 
 def _read_params(path: Path) -> dict:

@@ -12,6 +12,8 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from ampbench.data.errors import DataError
+
 log = logging.getLogger(__name__)
 
 # What torchvision.io.decode_image reads as one RGB image (GIF may hold several frames: not here).
@@ -44,3 +46,28 @@ def samples(folder: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]
             left_out[0].relative_to(folder),
         )
     return found
+
+
+def check_classes(root: Path, train: set[str], test: set[str]) -> None:
+    """train/ and test/ hold the same class folders, two or more: else a DataError naming the
+    folders that differ (hostile pass WARN: "train has [10 names], test has [9]", not which)."""
+    if not train and not test:
+        raise DataError(
+            f"{root}: train/ and test/ hold no class folders; put each class's images in "
+            "train/<class>/ and test/<class>/"
+        )
+    if train != test:
+        only = [
+            f"only in {split}/: {', '.join(sorted(names))}"
+            for split, names in (("train", train - test), ("test", test - train))
+            if names
+        ]
+        raise DataError(
+            f"{root}: train/ and test/ must hold the same class folders ({'; '.join(only)}); add the "
+            "missing class folders, or remove the extra ones"
+        )
+    if len(train) < 2:  # one class: every prediction right, the accuracy meaningless (hostile pass WARN)
+        raise DataError(
+            f"{root}: holds one class ({', '.join(train)}); a classifier needs two or more class folders "
+            "in train/ and test/"
+        )

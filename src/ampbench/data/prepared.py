@@ -133,11 +133,7 @@ def load_image_folder(root: Path, size: int = 32) -> dict:
     size x size (data.image_size); the classes are the folders' names, as many as there are."""
     root = Path(root)
     train_classes, test_classes = _class_names(root / "train"), _class_names(root / "test")
-    if not train_classes or train_classes != test_classes:
-        raise DataError(
-            f"{root}: train/ and test/ must hold the same class folders; train has "
-            f"{sorted(train_classes)}, test has {sorted(test_classes)}"
-        )
+    image_files.check_classes(root, train_classes, test_classes)
     classes = CIFAR10_CLASSES if train_classes == set(CIFAR10_CLASSES) else sorted(train_classes)
     _warn_class_count(root, classes)
     class_to_idx = {name: i for i, name in enumerate(classes)}
