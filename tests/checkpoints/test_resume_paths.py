@@ -234,3 +234,35 @@ def test_epoch_hooks_close_returns_when_the_store_times_out():
     closing.join(10)
     assert not closing.is_alive(), "close() hung"
     assert hooks.state() == [[1, {"train_loss": 1.0}]]  # kept for the checkpoint / a re-run
+
+
+def test_a_store_that_refuses_epochs_is_said_once_then_its_recovery(caplog):
+    """Hostile pass WARN: "did not take epoch 1" after epochs 1, 2 and 3, naming the oldest epoch
+    kept, not the one just trained; nothing said when the store took them again."""
+    import logging
+
+    from ampbench.tracking.epoch_hooks import EpochHooks
+
+    class FlakyStore:
+        uri, down, taken = "test://flaky", True, []
+
+        def log_metrics(self, run_id, metrics, step=None):
+            if self.down:
+                raise RuntimeError("store down")
+            self.taken.append(step)
+
+    caplog.set_level(logging.INFO)
+    flaky = FlakyStore()
+    hooks = EpochHooks(flaky, "run", background=False)
+    for epoch in (1, 2, 3):
+        hooks.on_epoch(epoch, {"train_loss": 1.0})
+        hooks.flush(quiet=True)
+    said = [r.getMessage() for r in caplog.records if "did not take" in r.getMessage()]
+    assert said == [
+        "MLflow store test://flaky did not take run run's epoch 1 (RuntimeError: store down); "
+        "kept in the checkpoint with each later epoch, sent once it answers"
+    ], said
+    flaky.down = False
+    hooks.on_epoch(4, {"train_loss": 1.0})
+    assert hooks.flush(quiet=True) and flaky.taken == [1, 2, 3, 4]
+    assert "MLflow store test://flaky took run run's epochs kept meanwhile" in caplog.text

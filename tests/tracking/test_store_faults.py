@@ -303,13 +303,15 @@ def test_a_folder_as_the_store_is_named_with_its_fixes(tmp_path, monkeypatch):
     from ampbench.tracking import faults
 
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    with pytest.raises(Exception) as err:
-        MlflowClient(tracking_uri=str(tmp_path)).search_experiments()
-    line = faults.describe(err.value, str(tmp_path), None)
-    assert line == (
-        f"MLflow store {tmp_path} is a folder (MLflow's folder store is in maintenance mode); "
-        f"{faults.SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
-    ), line
+    # hostile pass WARN: a file:// URI of a folder not there yet was said to be "a folder"
+    for uri in (str(tmp_path), (tmp_path / "not-yet").as_uri()):
+        with pytest.raises(Exception) as err:
+            MlflowClient(tracking_uri=uri).search_experiments()
+        line = faults.describe(err.value, uri, None)
+        assert line == (
+            f"MLflow store {uri} names a folder store (MLflow's folder store is in maintenance mode); "
+            f"{faults.SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
+        ), line
 
 
 @pytest.mark.parametrize("uri", ["postgresql://u@127.0.0.1:1/x", "mysql+mysqldb://u@127.0.0.1/x"])

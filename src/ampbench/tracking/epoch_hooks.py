@@ -50,6 +50,7 @@ class EpochHooks:
         self._sending = False  # a send is in flight (guarded by _wake)
         self._parked = not background  # the sender waits on _wake, running nothing (guarded by _wake)
         self._sender = None
+        self._refused = False  # the store's refusal was said; said again only after it took records
         if background:
             self._sender = threading.Thread(target=self._send_loop, daemon=True, name="epoch-metrics")
             self._sender.start()
@@ -137,17 +138,31 @@ class EpochHooks:
             except Exception as err:
                 if not quiet:
                     raise
-                log.warning(
-                    "MLflow store %s did not take epoch %d of run %s (%s); kept in the "
-                    "checkpoint, sent later",
-                    self.tracker.uri,
-                    epoch,
-                    self.run_id,
-                    store.brief(err),
-                )
+                self._say_refused(err)
                 return False
             with self._lock:
                 self.pending.pop(0)
+                left = len(self.pending)
+            if self._refused and not left:
+                self._refused = False
+                log.info("MLflow store %s took run %s's epochs kept meanwhile", self.tracker.uri, self.run_id)
+
+    def _say_refused(self, err: Exception) -> None:
+        """Once while the store refuses (hostile pass WARN: "did not take epoch 1" after every epoch,
+        naming the oldest pending epoch, not the one just trained)."""
+        if self._refused:
+            return
+        self._refused = True
+        with self._lock:
+            epochs = [epoch for epoch, _ in self.pending]
+        log.warning(
+            "MLflow store %s did not take run %s's %s (%s); kept in the checkpoint with each later "
+            "epoch, sent once it answers",
+            self.tracker.uri,
+            self.run_id,
+            f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}",
+            store.brief(err),
+        )
 
     def state(self) -> list:
         with self._lock:

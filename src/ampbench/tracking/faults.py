@@ -126,7 +126,9 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
     elif kind == "scheme":  # its first sentence: the list of schemes that follows is cut short
         text = f"MLflow store {uri}: not a kind of store MLflow knows ({reason.split('. ')[0]}); {SCHEMES}"
     elif kind == "folder":  # final pass J: MLflow's own text, cut mid-word, then "check the store"
-        text = f"MLflow store {uri} is a folder ({reason}); {SCHEMES}, or MLFLOW_ALLOW_FILE_STORE=true"
+        # a file:// URI or a plain path: MLflow's folder store, whether or not the folder exists yet
+        allow = "or MLFLOW_ALLOW_FILE_STORE=true"
+        text = f"MLflow store {uri} names a folder store ({reason}); {SCHEMES}, {allow}"
     else:
         text = (
             f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
