@@ -336,3 +336,25 @@ def test_an_answer_of_one_variant_says_nothing_ranks_it():
     rows = [{"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0}]
     said = ending(rows, subset=False)[0]
     assert said == "Answer: only single-fp32 was compared, so nothing ranks it; see the table.", said
+
+
+def test_an_answer_that_rests_on_noisy_speeds_says_so_where_it_is_printed():
+    """Hostile pass WARN: comparison.md flagged all nine variants as noisy ("re-run it on a quiet
+    machine before quoting it"), and the printed answer, "the fastest ... trains at 2.53x", said
+    nothing of it."""
+    from ampbench.stages.compare import ending
+
+    rows = [
+        {"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+        {"variant": "single-autocast", "speedup": 3.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+        {"variant": "dp-fp32", "speedup": 0.9, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+    ]
+    assert not any("noisy" in line for line in ending(rows, subset=False))  # steady: no caveat
+    rows[2]["noisy"] = "noisy: epochs vary 40% (CV, seed 0)"  # not a row the answer compares
+    assert not any("noisy" in line for line in ending(rows, subset=False))
+    rows[0]["noisy"] = rows[1]["noisy"] = "noisy: seeds' images/s differ 30%"
+    said = ending(rows, subset=False)
+    assert said[1] == (
+        "Not one to quote yet: single-autocast's and single-fp32's images/s are noisy (the self-check "
+        "in comparison.md says why); re-run on a quiet machine."
+    ), said

@@ -108,6 +108,8 @@ def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
         lines[0] = f"Answer: only {rows[0]['variant']} was compared, so nothing ranks it; see the table."
     if mixed:
         lines[0] = lines[0].replace("Answer:", "Answer (MIXED SETTINGS, --allow-mixed: not one study):", 1)
+    if best and len(rows) > 1 and (caveat := _caveat(best, rows)):
+        lines.append(caveat)
     if subset:
         lines.append(
             "A demo on a subset: it shows the pipeline end to end, not what AMP buys (the study: make run)."
@@ -117,6 +119,22 @@ def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
     metrics = "dvc metrics show" if here == "." else f"cd {here} && dvc metrics show"
     lines.append(f"The table and chart: {reports}/comparison.md, comparison.png; in DVC: {metrics}")
     return lines
+
+
+def _caveat(best: dict, rows: list[dict]) -> str:
+    """What the answer line rests on that the table flags (hostile pass WARN: comparison.md called
+    all nine variants noisy, the printed answer said nothing of it): the noisy rows it compares."""
+    from ampbench.report.compare import BASELINE
+
+    base = [r for r in rows if r["variant"] == BASELINE]
+    named = [r for r in (best, *base) if r.get("noisy")]
+    if not named:
+        return ""
+    which = " and ".join(f"{r['variant']}'s" for r in named)
+    return (
+        f"Not one to quote yet: {which} images/s {'are' if len(named) > 1 else 'is'} noisy (the "
+        "self-check in comparison.md says why); re-run on a quiet machine."
+    )
 
 
 def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
