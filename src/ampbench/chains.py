@@ -20,3 +20,9 @@ def chain(err: BaseException | None) -> Iterator[BaseException]:
         seen.add(id(e))
         yield e
         todo += [e.__cause__, e.__context__]
+
+
+def kinds(err: BaseException) -> set[tuple[str, str]]:
+    """(package, class name) of err's class and its bases: the project's errors told apart
+    without importing the modules (torch) that define them."""
+    return {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}

@@ -32,6 +32,7 @@ import os
 import sys
 
 from ampbench import address_space, cli_options, interrupts
+from ampbench.chains import kinds
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
 
@@ -104,10 +105,25 @@ def _parser(with_options=COMMANDS) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=summary)
         cli_options.add_common(command)
         if name in with_options:  # the command that runs or shows its --help: what it does, in full
-            command.description = getattr(command_module(name), "DESCRIPTION", None)
+            command.description = getattr(command_module(name), "DESCRIPTION", None) or _sentence(summary)
             if hasattr(command_module(name), "add_arguments"):
                 command_module(name).add_arguments(command)
     return p
+
+
+def _sentence(summary: str) -> str:
+    return summary[:1].upper() + summary[1:] + "."
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments; `ampbench --help` imports no command. An option the command does not take is
+    refused with the command's usage, not the top-level one (hostile pass WARN)."""
+    parser = _parser(argv[:1])
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def command_module(name: str):
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in HELPERS:
         return _function(HELPERS[argv[0]])(*argv[1:])
-    args = _parser(argv[:1]).parse_args(argv)  # `ampbench --help` imports no command
+    args = _parse(argv)
     _printable_output()
     _logging(args.verbose)
     cfg = None
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if debugging(args):
             raise
         user_code = cfg and _user_code_line(err, cfg.model.name)  # a ValueError there: where it was
-        if _kinds(err) & EXPECTED_ERRORS and not user_code:
+        if kinds(err) & EXPECTED_ERRORS and not user_code:
             log.error("%s", err)
             return EXIT_ERROR
         line = user_code or _fault_line(err)
@@ -181,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         raise
     except BaseException as err:  # Stopped is one, as KeyboardInterrupt is: no `except Exception` takes it
-        if STOPPED not in _kinds(err):
+        if STOPPED not in kinds(err):
             raise
         log.error("%s", err)
         return EXIT_STOPPED
@@ -262,12 +278,6 @@ def _fault_line(err: BaseException) -> str | None:
 def all_overrides(args) -> list[str]:
     """``--set`` overrides, with `ampbench variant`'s quick run and own options (--epochs, ...)."""
     return cli_options.variant_overrides(args)
-
-
-def _kinds(err: BaseException) -> set[tuple[str, str]]:
-    """(package, class name) of err's class and its bases: the project's errors told apart
-    without importing the modules (torch) that define them."""
-    return {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
 
 
 def run() -> int:

@@ -51,6 +51,8 @@ SCHEMES = (
     "server, or unset it (the repo's mlflow.db)"
 )
 
+FOLDER_STORE = "or MLFLOW_ALLOW_FILE_STORE=true"  # MLflow's folder store, in maintenance mode
+
 
 def _from_store(err: BaseException) -> bool:
     return any(c.__module__.partition(".")[0] in STORE_PACKAGES for e in chain(err) for c in type(e).__mro__)
@@ -125,10 +127,8 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
         )
     elif kind == "scheme":  # its first sentence: the list of schemes that follows is cut short
         text = f"MLflow store {uri}: not a kind of store MLflow knows ({reason.split('. ')[0]}); {SCHEMES}"
-    elif kind == "folder":  # final pass J: MLflow's own text, cut mid-word, then "check the store"
-        # a file:// URI or a plain path: MLflow's folder store, whether or not the folder exists yet
-        allow = "or MLFLOW_ALLOW_FILE_STORE=true"
-        text = f"MLflow store {uri} names a folder store ({reason}); {SCHEMES}, {allow}"
+    elif kind == "folder":  # final pass J: MLflow's text cut mid-word; file://: the folder may not exist
+        text = f"MLflow store {uri} names a folder store ({reason}); {SCHEMES}, {FOLDER_STORE}"
     else:
         text = (
             f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
