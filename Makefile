@@ -57,10 +57,12 @@ STOPPABLE = trap 'signalled=1' INT HUP; trap 'signalled=1; kill -TERM $$job 2>/d
 # First what the pipeline command would refuse (a faulty params.yaml, a DATA naming no file, a
 # pipeline already running in this project: src/ampbench/dvc_guard.py), at once and once; then the estimate, which never
 # holds the study up, but a setting it refuses (exit 2: a model too large for this machine) stops
-# here.
+# here. A Ctrl-C during the estimate: its one line names `make run` to start again; the trap keeps
+# make's own "*** [run] Interrupt" away (make then ends by the signal, as after a stage's stop).
 run: install
 	@$(abspath $(PY)) -m ampbench.dvc_guard $(if $(DATA),$(call q,$(DATA_URL)))
-	@echo ampbench estimate; ampbench estimate $(if $(DATA),--set $(call q,data.url=$(DATA_URL))) || [ $$? -ne 2 ]
+	@trap 'exit 0' INT HUP; echo ampbench estimate; AMPBENCH_RESUME_COMMAND=$(call q,$(RESUME)) \
+	ampbench estimate $(if $(DATA),--set $(call q,data.url=$(DATA_URL))) || [ $$? -ne 2 ]
 ifdef DATA
 	@echo dvc exp run -S $(call q,$(call q,data.url=$(DATA_URL)))
 	@$(call STOPPABLE,exp run -S $(call q,data.url=$(DATA_URL)))

@@ -257,6 +257,8 @@ def _interrupted(command: str) -> int:
     # command", then the pipeline's line another); the pipeline then adds no line of its own.
     again = os.environ.get("AMPBENCH_RESUME_COMMAND")
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
+    if again and command == "estimate":  # make run's estimate, before any stage (hostile pass WARN)
+        how = f"nothing ran yet. To run the study: {again}"
     log.error("interrupted (Ctrl-C): `ampbench %s` stopped before it finished; %s", command, how)
     return EXIT_INTERRUPTED
 

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,28 @@ def test_make_run_with_data_naming_nothing_is_refused_before_params_change(tmp_p
     assert proc.returncode != 0 and f"DATA={missing}: no such file or folder; point DATA at" in out, out
     assert "ampbench estimate" not in out and "Traceback" not in out, out
     assert (proj / "params.yaml").read_text() == before
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_make_runs_estimate_is_one_line_naming_make_run(tmp_path: Path, procs):
+    """Hostile pass WARN: "interrupted (Ctrl-C): `ampbench estimate` stopped before it finished;
+    run the same command again" (a command the user never typed), then make's "*** [Makefile:63:
+    run] Interrupt"."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _make_project(proj)
+    proc = procs.start(proj, cmd=["make", "run"], env=venv_env(), name="make")
+    deadline = time.monotonic() + 60
+    while "ampbench estimate" not in (proj / "make.log").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, (proj / "make.log").read_text()
+        time.sleep(0.1)
+    time.sleep(1.5)  # the estimate imports torch
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(60) == -signal.SIGINT  # make ends by the signal: a shell shows status 130
+    out = (proj / "make.log").read_text()
+    said = [line for line in out.splitlines() if "ERROR" in line or "make: ***" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "interrupted (Ctrl-C): `ampbench estimate` stopped before it finished; nothing ran yet. "
+        "To run the study: make run"
+    ), out
+    assert "dvc repro" not in out and "Traceback" not in out, out
