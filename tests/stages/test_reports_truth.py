@@ -70,6 +70,9 @@ def test_variants_trained_alike_pass_and_any_other_setting_is_named():
     message = str(err.value)
     assert "train.epochs: 2 (single-fp32) vs 5 (single-autocast)" in message and "--allow-mixed" in message
     assert "\n" not in message
+    # hostile pass WARN: "re-train the odd ones ... (dvc repro)": which are odd, and how, after a make run?
+    assert "set params.yaml to the settings the study should have and run the pipeline again" in message
+    assert "(`make run` or `dvc repro`: it re-trains the variants trained otherwise)" in message
     label = mixed.check(odd, allow_mixed=True)
     assert "MIXED SETTINGS" in label and "train.epochs: 2 (single-fp32) vs 5 (single-autocast)" in label
 

@@ -67,3 +67,31 @@ def test_a_stop_while_the_data_set_loads_is_a_stop_not_a_damaged_file(
     StopFlag()
     with pytest.raises(Stopped, match="before the first training step"):
         prepared.load_dataset(path)
+
+
+def test_an_inherited_ignore_of_sigint_is_kept(handlers, monkeypatch):
+    """Hostile pass WARN: a script's background job (SIGINT ignored, as `cmd &` leaves it) dropped
+    a Ctrl-C in its first second, then stopped on one once the stage had set its handler."""
+    monkeypatch.delenv("RANK", raising=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    flag = StopFlag()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) == flag._handle  # noqa: SLF001 - the one it set
+
+
+def test_a_stop_before_the_first_step_names_an_earlier_checkpoint_kept(tmp_path):
+    """Hostile pass WARN: "stopped before the first training step (nothing trained, nothing to save)
+    in checkpoints/single-autocast/" while an earlier stop's checkpoint sat there (and was kept)."""
+    from ampbench.stages import train_main
+
+    before = Stopped("stopped before the first training step (nothing trained, nothing to save)")
+    work = tmp_path / "single-fp32"
+    assert train_main._where(before, work) == f"{before} in {work}/"  # noqa: SLF001
+    (work / "seed-0").mkdir(parents=True)
+    (work / "seed-0" / "checkpoint.pt").write_bytes(b"an earlier stop's")
+    assert train_main._where(before, work) == (  # noqa: SLF001
+        "stopped before its first training step (nothing trained since its last checkpoint); "
+        f"the checkpoint in {work}/ is kept"
+    )
+    later = Stopped("stopped at seed 0 epoch 2 step 3; checkpoint saved")
+    assert train_main._where(later, work) == f"{later} in {work}/"  # noqa: SLF001

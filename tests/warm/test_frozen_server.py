@@ -214,3 +214,14 @@ def test_a_server_stopped_mid_request_fails_the_stage_in_one_line_and_never_runs
         "run the command again"
     ], err
     assert "Traceback" not in err and "forward returned 1" in err, err
+
+
+def test_a_stage_that_gave_up_on_the_server_starts_its_processes_plain(monkeypatch, capsys):
+    """Hostile pass WARN: a DDP stage said "did not answer in 5 s ... running this stage as a plain
+    process" three times (its launcher, then each worker, waiting 5 s on the same stopped server)."""
+    from ampbench.warm import SOCKET_ENV
+
+    monkeypatch.setenv(SOCKET_ENV, "/nonexistent/socket")
+    client._plain("(pid 1) did not answer in 5 s")
+    assert SOCKET_ENV not in os.environ  # torchrun's workers inherit this environment
+    assert capsys.readouterr().err.count("running this stage as a plain process") == 1

@@ -61,7 +61,8 @@ def check(records: dict[str, dict], allow_mixed: bool) -> str:
     if not allow_mixed:
         raise MixedSettingsError(
             f"the variants were trained with different settings ({said}), so their comparison would "
-            "mix two studies; re-train the odd ones with the study's params.yaml (dvc repro), or pass "
-            "--allow-mixed to compare them anyway, labelled"
+            "mix two studies; set params.yaml to the settings the study should have and run the "
+            "pipeline again (`make run` or `dvc repro`: it re-trains the variants trained otherwise), "
+            "or pass --allow-mixed to compare them anyway, labelled"
         )
     return f"> **MIXED SETTINGS (--allow-mixed): not one study.** The variants were trained with: {said}."

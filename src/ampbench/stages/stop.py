@@ -48,7 +48,9 @@ class StopFlag:
         # as its peers must stop at the same step.
         self.asked = "RANK" in os.environ
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's is kept
+            # An inherited ignore is kept: nohup's SIGHUP; a script's background job's SIGINT (hostile
+            # pass WARN: a Ctrl-C was dropped in its first second, then stopped it from here on)
+            if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, self._handle)
         if watch_parent:
             parent = os.getppid()

@@ -105,7 +105,7 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             )
         except loop.Stopped as stopped:
             if int(os.environ.get("RANK", "0")) == 0:
-                log.warning("%s in %s/. %s", stopped, work, work_folder.resume_hint(argv))
+                log.warning("%s. %s", _where(stopped, work), work_folder.resume_hint(argv))
             return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
         except Exception as err:
             line = peers.stop_line(err, variant_name(args.parallel, args.precision), work)
@@ -119,6 +119,17 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     # torchrun's @record writes what escapes into the report it prints: a bug's traceback, never
     # a stop or a lost peer, which are said above in one line (the worker's exit status tells torchrun)
     return launch.record(run)()
+
+
+def _where(stopped: BaseException, work) -> str:
+    """The stop's line: what it saved, in which folder. Before the first step nothing was trained
+    now, but an earlier stop's checkpoint there is kept (hostile pass WARN: "nothing to save in
+    checkpoints/X/" beside the checkpoint the re-run then resumed from)."""
+    said = str(stopped)
+    if said.startswith("stopped before the first training step") and any(work.glob("seed-*/checkpoint.pt")):
+        kept = f"the checkpoint in {work}/ is kept"
+        return f"stopped before its first training step (nothing trained since its last checkpoint); {kept}"
+    return f"{said} in {work}/"
 
 
 def _said(results) -> None:

@@ -217,6 +217,9 @@ def _greeted(sock: socket.socket, lines: _Lines, path: str) -> int | None:
 
 
 def _plain(why: str) -> None:
+    """Said once: the processes this stage starts (DDP workers) run plain too, without waiting on
+    the same server again (hostile pass WARN: the line three times per DDP stage)."""
+    os.environ.pop(SOCKET_ENV, None)
     print(f"ampbench: the warm server {why}; running this stage as a plain process", file=sys.stderr)
 
 
