@@ -26,3 +26,13 @@ def kinds(err: BaseException) -> set[tuple[str, str]]:
     """(package, class name) of err's class and its bases: the project's errors told apart
     without importing the modules (torch) that define them."""
     return {(c.__module__.partition(".")[0], c.__name__) for c in type(err).__mro__}
+
+
+def reason(err: BaseException, limit: int = 200) -> str:
+    """err's message as a reason inside a line of ours: its first sentence of its first line, at
+    most ``limit`` characters (hostile pass WARN: torch's "... internal miniz error. If you are
+    seeing this, it means ... please file an issue" in a checkpoint's one line)."""
+    text = str(err).strip().split("\n", 1)[0]
+    first, dot, _ = text.partition(". ")
+    text = first + ("." if dot and not first.endswith(".") else "") if len(first) >= 20 else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -37,6 +37,26 @@ def test_checkpoint_that_is_not_plain_weights_is_rejected(project, tmp_path, kin
     assert not marker.exists()
 
 
+def test_a_damaged_checkpoint_is_one_short_line_not_torchs_paragraph(tmp_path):
+    """Hostile pass WARN: torch's whole first line ("... internal miniz error. If you are seeing
+    this, ... file an issue") inside the checkpoint's one line."""
+
+    class Damaged(RuntimeError):
+        pass
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"x")
+    miniz = "PytorchStreamReader failed reading file data/0: internal miniz error. If you are seeing this"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files.torch, "load", lambda *a, **k: (_ for _ in ()).throw(Damaged(miniz + " ...")))
+        with pytest.raises(files.CheckpointError) as err:
+            files.load(path)
+    assert str(err.value) == (
+        f"{path} is not a readable plain-weights checkpoint (Damaged: PytorchStreamReader failed reading "
+        "file data/0: internal miniz error.); delete it and re-run training"
+    )
+
+
 def test_files_of_another_format_or_kind_or_lacking_fields_are_refused_with_the_fix(tmp_path):
     ckpt = tmp_path / "checkpoints" / "single-fp32" / "seed-0" / "checkpoint.pt"
     files.save({"epoch": 1, "run_id": "x", "config_digest": "d"}, ckpt)  # an older version's dict

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ampbench.atomic import atomic_save
+from ampbench.chains import reason
 
 
 class CheckpointError(RuntimeError):
@@ -43,6 +44,6 @@ def load(path: Path, map_location: str | torch.device = "cpu", mmap: bool = Fals
         raise
     except Exception as err:  # pickle refusing non-weights objects, truncated zip, ...
         raise CheckpointError(
-            f"{path} is not a readable plain-weights checkpoint ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}); delete it and re-run training"
+            f"{path} is not a readable plain-weights checkpoint ({type(err).__name__}: {reason(err)}); "
+            "delete it and re-run training"
         ) from err
