@@ -26,7 +26,7 @@ def test_a_data_the_download_stage_would_refuse_is_one_line(data, said):
 
 def test_a_file_a_folder_or_a_url_passes(tmp_path):
     archive = tmp_path / "c.tar.gz"
-    archive.write_bytes(b"")
+    archive.write_bytes(b"\x1f\x8b")  # how a gzip stream starts: the download stage reads the rest
     for data in (str(archive), str(tmp_path), archive.as_uri(), "https://example.org/c.tar.gz", ""):
         assert data_fault(data) == "", data
 
@@ -50,3 +50,20 @@ def test_a_params_file_without_the_variant_axes_is_one_line_with_the_fix(tmp_pat
     assert "`git checkout params.yaml`" in said
     (tmp_path / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
     assert params_fault() == ""  # a pipeline of the user's own that reads no variant axes
+
+
+def test_a_data_file_that_is_no_archive_is_refused_before_the_estimate(tmp_path):
+    """Hostile pass WARN: `make run DATA=<an HTML page>` was refused by the download stage after
+    the estimate's ~15 s, its fix naming data.url, a setting the user never typed."""
+    import tarfile
+
+    page, text, empty, tar = (tmp_path / name for name in ("page.tar.gz", "notes.txt", "e.tar", "ok.tar"))
+    page.write_text("<!DOCTYPE html><html><body>Download</body></html>", encoding="utf-8")
+    text.write_text("not an archive", encoding="utf-8")
+    empty.write_bytes(b"")
+    with tarfile.open(tar, "w") as archive:
+        archive.add(text, "train/notes.txt")
+    assert data_fault(str(page)).startswith(f"DATA={page}: is a web page (HTML), not the archive")
+    assert data_fault(str(text)).startswith(f"DATA={text}: is not a tar archive, nor a gzip")
+    assert data_fault(str(empty)).startswith(f"DATA={empty}: is an empty file; point DATA at")
+    assert data_fault(str(tar)) == ""
