@@ -436,6 +436,20 @@ def test_class_folders_that_differ_are_named_and_one_class_is_refused(tmp_path):
         prepared.load_image_folder(tmp_path / "b")
 
 
+def test_an_archive_without_a_data_set_is_named_not_its_cache_folder(image_folder, tmp_path):
+    """Hostile pass WARN: "no data set found in data/raw/extracted-7def31c5902f", a folder the
+    user never made, where the archive they gave holds no test/."""
+    import shutil
+
+    shutil.rmtree(image_folder / "test")
+    archive = _tar_gz(tmp_path / "no-test.tar.gz", image_folder, "mydata")
+    with pytest.raises(prepared.DataError) as err:
+        prepared.prepare(str(archive), tmp_path / "a.pt", tmp_path / "cache")
+    assert str(err.value).startswith(f"no data set found in {archive} (extracted to {tmp_path / 'cache'}"), (
+        err.value
+    )
+
+
 def test_image_folder_other_classes_sorted(tmp_path):
     for split in ("train", "test"):
         for i, name in enumerate(("zebra", "ant")):

@@ -143,8 +143,9 @@ def load_image_folder(root: Path, size: int = 32) -> dict:
     return _bundle(train_images, train_labels, test_images, test_labels, classes)
 
 
-def find_dataset_root(extracted: Path) -> tuple[str, Path]:
-    """Return ('cifar-python' | 'image-folder', dir) found at most 2 levels below `extracted`."""
+def find_dataset_root(extracted: Path, source: str = "") -> tuple[str, Path]:
+    """Return ('cifar-python' | 'image-folder', dir) found at most 2 levels below `extracted`
+    (``source``: what it was extracted from, named in the refusal rather than the cache folder)."""
     level, seen = [Path(extracted)], []
     for depth in range(3):  # the folder itself, its children, its grandchildren
         for d in level:
@@ -155,8 +156,9 @@ def find_dataset_root(extracted: Path) -> tuple[str, Path]:
         if depth < 2:  # listing deeper would only walk image files for nothing
             level = [c for d in level for c in sorted(d.iterdir()) if c.is_dir()]
             seen += [c.relative_to(extracted).as_posix() for c in level]
+    where = f"{source} (extracted to {extracted})" if source and str(extracted) != source else extracted
     raise DataError(
-        f"no data set found in {extracted} (searched 2 levels; folders: {seen[:20] or 'none'}); "
+        f"no data set found in {where} (searched 2 levels; folders: {seen[:20] or 'none'}); "
         "expected cifar-10-batches-py/ (CIFAR python format) or train/<class>/ + test/<class>/"
     )
 
@@ -195,7 +197,7 @@ def prepare(
     if local.is_file():
         tag = hashlib.sha256(source.encode()).hexdigest()[:12]
         local = safe_extract(local, cache_dir / f"extracted-{tag}")
-    fmt, root = find_dataset_root(local)
+    fmt, root = find_dataset_root(local, source)
     ds = load_cifar_python(root) if fmt == "cifar-python" else load_image_folder(root, image_size)
     for split in ("train", "test"):  # CIFAR's 32x32, for a model that wants larger images
         ds[f"{split}_images"] = resize.square(ds[f"{split}_images"], image_size)
