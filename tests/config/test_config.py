@@ -256,6 +256,19 @@ def test_a_problem_names_the_set_it_came_from_and_a_typo_its_likely_key(tmp_path
     assert "train.epochs: expected int, got str 'ten'" in str(err.value) and "--set '" not in str(err.value)
 
 
+def test_a_params_file_that_is_not_yaml_names_the_line_and_a_tab_is_told(tmp_path: Path):
+    """Hostile pass WARN: PyYAML's scanner text ("while scanning for the next token found
+    character '\\t' that cannot start any token in "<unicode string>" ...") and no fix."""
+    params = (REPO / "params.yaml").read_text(encoding="utf-8")
+    line = params[: params.index("  epochs:")].count("\n") + 1
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, params.replace("  epochs:", "\tepochs:", 1)))
+    assert str(err.value).startswith(
+        f"{tmp_path / 'params.yaml'}: line {line}, column 1: not valid YAML (found character '\\t' that "
+        "cannot start any token); indent with spaces, not tabs, or restore params.yaml"
+    ), err.value
+
+
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
     """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
     link = tmp_path / "params.yaml"

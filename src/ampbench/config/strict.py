@@ -159,4 +159,15 @@ def read_params(path: Path) -> object:
     except _Refused as err:
         raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())[:300]}") from None
+        raise ConfigError(_not_yaml(path, err)) from None
+
+
+def _not_yaml(path: Path, err: yaml.YAMLError) -> str:
+    """Where and what, with the fix (hostile pass WARN: PyYAML's scanner text, "while scanning for
+    the next token found character '\\t' that cannot start any token in "<unicode string>" ...")."""
+    mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+    if mark is None or not problem:
+        return f"{path}: not valid YAML: {' '.join(str(err).split())[:300]}"
+    fix = "indent with spaces, not tabs" if "'\\t'" in problem else "fix that line"
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return f"{path}: {where}: not valid YAML ({problem}); {fix}, or {FIX}"
