@@ -1,5 +1,5 @@
 """A log line is never glued to a progress bar: while a tqdm bar is drawn on the same stream, the
-stages' handler (cli.BarSafeHandler) clears the bar, writes the line whole and draws the bar again."""
+stages' handler (output.BarSafeHandler) clears the bar, writes the line whole and draws the bar again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 from tqdm import tqdm
 
-from ampbench.cli import BarSafeHandler
+from ampbench.output import BarSafeHandler
 from conftest import REPO
 
 
@@ -65,3 +65,4 @@ def test_a_ctrl_c_outside_a_train_stage_says_which_command_stopped_and_what_to_d
         "interrupted (Ctrl-C): `ampbench evaluate` stopped before it finished; run the same command again"
     ]
     assert logging.getLogger("torch").level == logging.WARNING  # torch's INFO lines at exit: not ours
+    assert logging.getLogger("matplotlib").level == logging.ERROR  # a read-only HOME: 3 lines (hostile pass)

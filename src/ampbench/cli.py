@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 
-from ampbench import address_space, cli_options, interrupts
+from ampbench import address_space, cli_options, interrupts, output
 from ampbench.chains import kinds
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
@@ -137,30 +137,13 @@ def _function(target: str):
     return getattr(importlib.import_module(module), function)
 
 
-def _logging(verbose: bool) -> None:
-    rank = os.environ.get("RANK", "0")
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
-        if "RANK" in os.environ
-        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[BarSafeHandler()],
-    )
-    if not verbose:
-        # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
-        # transaction (a full disk) before the error reaches our one line: not the user's business
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-        # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
-        logging.getLogger("torch").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in HELPERS:
         return _function(HELPERS[argv[0]])(*argv[1:])
     args = _parse(argv)
-    _printable_output()
-    _logging(args.verbose)
+    output.printable()
+    output.logging_to_stderr(args.verbose)
     cfg = None
     try:
         if fault := unreadable_folder():
@@ -201,29 +184,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         log.error("%s", err)
         return EXIT_STOPPED
-
-
-class BarSafeHandler(logging.StreamHandler):
-    """Log lines on stderr that never land inside a progress bar: while a tqdm bar is drawn, a line
-    goes through ``tqdm.write``, which clears the bar, prints the line and draws the bar again."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        tqdm = sys.modules.get("tqdm")  # imported by whoever draws a bar; not imported here for it
-        if tqdm is None or not getattr(tqdm.tqdm, "_instances", None):
-            super().emit(record)
-            return
-        try:
-            tqdm.tqdm.write(self.format(record), file=self.stream)
-        except Exception:  # noqa: BLE001 - logging's own rule: a failed emit never raises
-            self.handleError(record)
-
-
-def _printable_output() -> None:
-    """Whatever the terminal's encoding (``PYTHONIOENCODING=ascii``, a C locale), printing a report
-    (± and Δ in compare's table) never fails: a character stdout cannot encode prints as '?'."""
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and stream.errors == "strict":
-            stream.reconfigure(errors="replace")
 
 
 def debugging(args) -> bool:

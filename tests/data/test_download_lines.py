@@ -56,7 +56,9 @@ def _lines_while_failing(url, tmp_path, caplog, monkeypatch) -> tuple[list[loggi
     monkeypatch.setattr(download_lines, "_bar_drawn", lambda: False)  # as under CI or a log file
     caplog.set_level(logging.INFO)
     start = time.time()
-    with pytest.raises(fetch.DataError, match="too slow"):
+    # a silent source: the rate floor or the socket's own timeout, whichever a loaded machine
+    # lets fire first (both are WINDOW_S); what is tested is the lines while waiting
+    with pytest.raises(fetch.DataError, match="too slow|timed out"):
         fetch.fetch(url, tmp_path, retries=1, timeout_s=WINDOW_S)
     end = time.time()
     records = [r for r in caplog.records if r.name.startswith("ampbench.data")]

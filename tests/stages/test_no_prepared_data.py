@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ampbench import cli
+from ampbench import cli, output
 from conftest import REPO
 
 
@@ -17,7 +17,7 @@ from conftest import REPO
 def test_a_stage_before_any_download_says_to_download(command, tmp_path, monkeypatch, caplog):
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_logging", lambda verbose: None)  # caplog's handler, not a new one
+    monkeypatch.setattr(output, "logging_to_stderr", lambda verbose: None)  # caplog's handler, not a new one
     caplog.set_level(logging.INFO)
     assert cli.main(command) == 1
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

@@ -1,0 +1,53 @@
+"""How a command's output is set up before it runs: its log lines' format and handler (never inside
+a progress bar), libraries' own lines kept out unless --verbose, and output any terminal can print."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def logging_to_stderr(verbose: bool) -> None:
+    """Every line on stderr, in the commands' one format (the rank in a DDP worker's); libraries'
+    own INFO lines kept out unless --verbose."""
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
+        if "RANK" in os.environ
+        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[BarSafeHandler()],
+    )
+    if not verbose:
+        # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
+        # transaction (a full disk) before the error reaches our one line: not the user's business
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        # torch's own INFO lines ("FakeTensor cache stats" at an interrupted exit) under our INFO root
+        logging.getLogger("torch").setLevel(logging.WARNING)
+        # its "mkdir -p failed ... set the MPLCONFIGDIR environment variable" under a read-only HOME:
+        # it falls back to a temporary folder by itself (hostile pass WARN: 3 lines of noise)
+        logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """Log lines on stderr that never land inside a progress bar: while a tqdm bar is drawn, a line
+    goes through ``tqdm.write``, which clears the bar, prints the line and draws the bar again."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm = sys.modules.get("tqdm")  # imported by whoever draws a bar; not imported here for it
+        if tqdm is None or not getattr(tqdm.tqdm, "_instances", None):
+            super().emit(record)
+            return
+        try:
+            tqdm.tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging's own rule: a failed emit never raises
+            self.handleError(record)
+
+
+def printable() -> None:
+    """Whatever the terminal's encoding (``PYTHONIOENCODING=ascii``, a C locale), printing a report
+    (± and Δ in compare's table) never fails: a character stdout cannot encode prints as '?'."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="replace")
