@@ -274,6 +274,9 @@ def test_unreachable_url_names_url_and_fix(tmp_path):
     with pytest.raises(prepared.DataError, match="data.url") as err:
         fetch.fetch(url, tmp_path / "cache", retries=2, timeout_s=5)
     assert url in str(err.value) and "network" in str(err.value)
+    # hostile pass WARN: "no network? download the archive elsewhere" of a local server that is down
+    assert str(err.value).endswith("the server at 127.0.0.1 runs on this machine: start it, or fix data.url")
+    assert fetch._network_fix("https://example.org/c.tar.gz").startswith("no network?")  # noqa: SLF001
 
 
 def test_a_file_the_server_does_not_have_is_one_attempt_and_not_the_network(server, tmp_path):

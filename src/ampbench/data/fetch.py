@@ -61,6 +61,15 @@ def no_network_fix(why: str = "no network?") -> str:
     return f"{why} {_LOCAL_COPY_FIX}"
 
 
+def _network_fix(url: str) -> str:
+    """A server on this machine that does not answer is no network fault (hostile pass WARN: "no
+    network? download the archive elsewhere" of a local server that was down)."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return f"the server at {host} runs on this machine: start it, or fix data.url"
+    return no_network_fix()
+
+
 class _AttemptFailed(Exception):
     """One download attempt failed in a way worth retrying; `fix` is the hint for the user."""
 
@@ -207,7 +216,7 @@ def _download_once(url: str, final: Path, sha256: str, spec: Floor) -> None:
                         f"data source {_shown(url)} cannot be asked for as it is written "
                         f"({' '.join(str(exc).split())[:160]}); percent-encode it in data.url (a space: %20)"
                     ) from None
-                raise _AttemptFailed(f"network error: {exc}", no_network_fix()) from exc
+                raise _AttemptFailed(f"network error: {exc}", _network_fix(url)) from exc
             if floor.verdict and not 0 <= size == got:  # cut: without a length, EOF looks whole
                 raise _AttemptFailed(floor.verdict, _slow_link_fix())
             if size >= 0 and got != size:
