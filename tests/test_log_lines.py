@@ -66,3 +66,4 @@ def test_a_ctrl_c_outside_a_train_stage_says_which_command_stopped_and_what_to_d
     ]
     assert logging.getLogger("torch").level == logging.WARNING  # torch's INFO lines at exit: not ours
     assert logging.getLogger("matplotlib").level == logging.ERROR  # a read-only HOME: 3 lines (hostile pass)
+    assert logging.getLogger("urllib3").level == logging.ERROR  # a lost tracking server: its retries

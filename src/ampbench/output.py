@@ -28,6 +28,9 @@ def logging_to_stderr(verbose: bool) -> None:
         # its "mkdir -p failed ... set the MPLCONFIGDIR environment variable" under a read-only HOME:
         # it falls back to a temporary folder by itself (hostile pass WARN: 3 lines of noise)
         logging.getLogger("matplotlib").setLevel(logging.ERROR)
+        # "Retrying (Retry(total=0, ...)) after connection broken by ..." of a tracking server that
+        # went away: eight lines before our one (hostile pass WARN), which says what to do
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 class BarSafeHandler(logging.StreamHandler):

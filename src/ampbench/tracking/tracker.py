@@ -81,6 +81,9 @@ class Tracker:
     def __init__(self, experiment: str, preflight_timeout_s: float = 5.0, request_timeout_s: float = 10.0):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(request_timeout_s))))
+        # MLflow prints "View run <name> at: <url>" and "View experiment at" as every run on a
+        # server ends: 4 lines a variant (hostile pass WARN); compare prints the one link to browse
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.uri = tracking_uri()
         self.client = store.ensure_store(self.uri)
         self.experiment = experiment
