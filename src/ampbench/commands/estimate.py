@@ -17,10 +17,13 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
+    from ampbench.commands import source_count
     from ampbench.data.fetch import CIFAR10_URL
     from ampbench.training import progress
 
-    sizes = prepared_sizes(cfg)
+    sizes = prepared_sizes(cfg) or source_count.image_counts(
+        cfg.data.url, cfg.data.train_per_class, cfg.data.test_per_class
+    )
     estimated = progress.preflight(cfg, args.params, force=args.force, sizes=sizes)
     if estimated and sizes is None and cfg.data.url != CIFAR10_URL:
         # hostile pass G: "about 11 h" for a study of 300 images (4 min), without a word
