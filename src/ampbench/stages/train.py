@@ -158,7 +158,7 @@ def _train_one(
         job.checkpoint_path, digest, variant, fresh, strategy, job.cfg.digested()
     )
     run_id, hooks = (
-        train_runs.open_seed_run(stage, job, variant, digest, extra, resume) if main else (None, None)
+        train_runs.open_seed_run(stage, job, variant, digest, extra, resume, fresh) if main else (None, None)
     )
     meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
     try:

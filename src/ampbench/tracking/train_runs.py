@@ -110,11 +110,17 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
     return run_id
 
 
-def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict) -> str:
-    """A new seed run, or the one a crash before the first checkpoint left behind."""
+def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict, fresh: bool = False) -> str:
+    """A new seed run, or the one a crash before the first checkpoint left behind. Not under
+    ``--fresh``, nor one that finished (hostile pass: a seed trained, its publish refused, then
+    `--fresh`: every epoch logged twice into the finished run, "continuing MLflow run ... (it
+    ended before its first checkpoint)")."""
     record = job.checkpoint_path.with_name("run.json")
     known = read_json(record)
-    if known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"]):
+    status = known and known.get("config_digest") == digest and stage.tracker.status(known["run_id"])
+    if known and status == "RUNNING" and fresh:  # left by a kill -9: not RUNNING for ever
+        stage.tracker.end(known["run_id"], "KILLED")
+    if known and status and status != "FINISHED" and not fresh:
         stage.tracker.resume(known["run_id"])
         log.info(
             "seed %d: continuing MLflow run %s (it ended before its first checkpoint)",
@@ -147,14 +153,17 @@ def seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict
     return run_id
 
 
-def open_seed_run(stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict, resume):
+def open_seed_run(
+    stage: Stage, job: loop.Job, variant: str, digest: str, extra: dict, resume, fresh: bool = False
+):
     """(run id, hooks): the seed's run (the checkpoint's, ``resume``, if any, else ``seed_run``'s)
-    and the EpochHooks that send its epochs."""
-    run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra)
+    and the EpochHooks that send its epochs: none the run holds already (a run continued without a
+    checkpoint may hold the epoch a kill came after)."""
+    run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra, fresh)
     if resume:
         stage.tracker.resume(run_id)
     log.debug("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
-    held = held_epochs(stage.tracker, run_id) if resume else set()
+    held = held_epochs(stage.tracker, run_id)
     pending = [p for p in resume.hooks or [] if p[0] not in held] if resume else None
     return run_id, EpochHooks(stage.tracker, run_id, pending, held=held)
 
