@@ -22,3 +22,16 @@ def test_a_plainly_missing_file_says_missing(tmp_path: Path):
     assert missing(tmp_path / "metrics" / "single-fp32.json") == "missing"
     (tmp_path / "models").write_text("x", encoding="utf-8")
     assert "models is a file, not a folder" in missing(tmp_path / "models" / "v" / "seed-0" / "model.pt")
+
+
+@pytest.mark.parametrize("text", ["", '{"variant": "dp-fp32", "seeds": [', "[]"])
+def test_an_empty_or_cut_metrics_file_is_named_with_the_fix(tmp_path: Path, text: str):
+    """Hostile pass D: an empty or cut reports/metrics/<variant>.json (what a full disk leaves)
+    said "Expecting value: line 1 column 1 (char 0)", naming no file and no fix."""
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "dp-fp32.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        compare(tmp_path / "metrics", ["dp-fp32"], tmp_path / "out")
+    said = str(err.value)
+    assert said.startswith(f"{tmp_path / 'metrics' / 'dp-fp32.json'} is not a metrics file ("), said
+    assert said.endswith("write it again with `ampbench evaluate --variants dp-fp32` (or `dvc repro`)"), said

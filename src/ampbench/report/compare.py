@@ -161,6 +161,22 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
     return title + "\n".join(lines) + "\n\n" + check + "\n" + note
 
 
+def read_record(path: Path, variant: str) -> dict:
+    """An evaluate metrics file, or a ValueError naming it and the fix (hostile pass D: an empty or
+    cut file, what a full disk leaves, said "Expecting value: line 1 column 1 (char 0)")."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        why = f"not a metrics file ({err})"
+    else:
+        if isinstance(record, dict) and isinstance(record.get("seeds"), list):
+            return record
+        why = "not a metrics file (no list of seeds)"
+    raise ValueError(
+        f"{path} is {why}: write it again with `ampbench evaluate --variants {variant}` (or `dvc repro`)"
+    )
+
+
 def compare(
     metrics_dir: Path, variants: list[str], out_dir: Path, notice: str = "", mixed: bool = False
 ) -> list[dict]:
@@ -169,7 +185,7 @@ def compare(
         f = metrics_dir / f"{v}.json"
         if not f.exists():
             raise FileNotFoundError(f"{f} {missing(f)}: run `ampbench evaluate` for {v} first")
-        records[v] = json.loads(f.read_text(encoding="utf-8"))
+        records[v] = read_record(f, v)
     rows = summarize(records)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "comparison.md").write_text(to_markdown(rows, notice), encoding="utf-8")

@@ -12,7 +12,6 @@ for `dvc metrics show`, ``reports/views/`` for `dvc plots show`), and logs them 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from pathlib import Path
@@ -180,5 +179,7 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
 
 def _records(variants: list[str]) -> dict[str, dict]:
     """The evaluate metrics files there are (a missing one: compare.compare says so)."""
+    from ampbench.report.compare import read_record
+
     files = {v: REPORTS_DIR / "metrics" / f"{v}.json" for v in variants}
-    return {v: json.loads(f.read_text(encoding="utf-8")) for v, f in files.items() if f.exists()}
+    return {v: read_record(f, v) for v, f in files.items() if f.exists()}
