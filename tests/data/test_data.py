@@ -437,6 +437,14 @@ def test_class_folders_that_differ_are_named_and_one_class_is_refused(tmp_path):
         (tmp_path / "b" / split / "ant" / "0.png").write_bytes(png)
     with pytest.raises(prepared.DataError, match=r"holds one class \(ant\); a classifier needs two or more"):
         prepared.load_image_folder(tmp_path / "b")
+    for split in ("train", "test"):  # hostile pass D: torchvision's "Found no valid file ...", no fix
+        (tmp_path / "b" / split / "bee").mkdir()
+    with pytest.raises(prepared.DataError) as err:
+        prepared.load_image_folder(tmp_path / "b")
+    assert str(err.value) == (
+        f"{tmp_path / 'b' / 'train'}: Found no valid file for the classes bee (PNG, JPEG or WebP); put its "
+        "images there, or remove that class folder from train/ and test/"
+    )
 
 
 def test_an_archive_without_a_data_set_is_named_not_its_cache_folder(image_folder, tmp_path):
@@ -451,6 +459,24 @@ def test_an_archive_without_a_data_set_is_named_not_its_cache_folder(image_folde
     assert str(err.value).startswith(f"no data set found in {archive} (extracted to {tmp_path / 'cache'}"), (
         err.value
     )
+
+
+def test_a_class_folder_name_that_is_not_utf8_is_named_with_the_fix(tmp_path):
+    """Hostile pass D: a class folder named in Latin-1 (c\\xe9t) gave torchvision's six-line cast
+    error ("Unable to cast Python instance ...; re-save it or remove it"): the image was fine."""
+    import os
+
+    png = torchvision.io.encode_png(_image(1)).numpy().tobytes()
+    for split in ("train", "test"):
+        for name in (b"ant", "caf\xe9".encode("latin-1")):
+            folder = os.path.join(str(tmp_path).encode(), split.encode(), name)
+            os.makedirs(folder)
+            with open(os.path.join(folder, b"0.png"), "wb") as f:
+                f.write(png)
+    with pytest.raises(prepared.DataError) as err:
+        prepared.load_image_folder(tmp_path)
+    assert "the class folder name 'caf\ufffd' is not UTF-8 text" in str(err.value), err.value
+    assert str(err.value).endswith("rename it in train/ and test/ to UTF-8 text")
 
 
 def test_image_folder_other_classes_sorted(tmp_path):

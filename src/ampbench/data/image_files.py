@@ -51,6 +51,13 @@ def samples(folder: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]
 def check_classes(root: Path, train: set[str], test: set[str]) -> None:
     """train/ and test/ hold the same class folders, two or more: else a DataError naming the
     folders that differ (hostile pass WARN: "train has [10 names], test has [9]", not which)."""
+    undecodable = sorted(n for n in train | test if any("\udc80" <= ch <= "\udcff" for ch in n))
+    if undecodable:  # hostile pass D: torchvision's six-line cast error, then "re-save it"
+        shown = undecodable[0].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise DataError(
+            f"{root}: the class folder name {shown!r} is not UTF-8 text (the names become the classes "
+            "in the reports and MLflow): rename it in train/ and test/ to UTF-8 text"
+        )
     if not train and not test:
         raise DataError(
             f"{root}: train/ and test/ hold no class folders; put each class's images in "

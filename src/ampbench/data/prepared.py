@@ -107,8 +107,11 @@ def _decode_split(folder: Path, class_to_idx: dict[str, int], size: int) -> tupl
 
     try:
         samples = image_files.samples(folder, class_to_idx)
-    except FileNotFoundError as exc:
-        raise DataError(f"{folder}: {exc}") from exc
+    except FileNotFoundError as exc:  # torchvision: "Found no valid file for the classes dog. ..."
+        raise DataError(
+            f"{folder}: {str(exc).split('. ')[0]} (PNG, JPEG or WebP); put its images there, or remove "
+            "that class folder from train/ and test/"
+        ) from exc
     images = torch.empty((len(samples), 3, size, size), dtype=torch.uint8)
     rgb = torchvision.io.ImageReadMode.RGB
     # torchvision deprecates its image io in favour of torchcodec (not a dependency here).
