@@ -16,7 +16,7 @@ import pytest
 from ampbench import outputs
 from ampbench.report import mixed
 from ampbench.seed_result import CARRIED, SeedResult
-from conftest import CLASSES, new_project, run_cli, venv_env
+from conftest import CLASSES, REPO, new_project, run_cli, venv_env
 
 PAIR = ("single-fp32", "single-autocast")
 
@@ -361,3 +361,22 @@ def test_an_answer_that_rests_on_noisy_speeds_says_so_where_it_is_printed():
         "Not one to quote yet: single-autocast's and single-fp32's images/s are noisy (the self-check "
         "in comparison.md says why); re-run on a quiet machine."
     ), said
+
+
+def test_models_trained_before_params_yaml_changed_are_said_to_be(tmp_path):
+    """Hostile pass D: params.yaml edited (train.lr 0.2 -> 0.3) after the whole training; evaluate
+    and compare then reported the models of 0.2 without a word that params.yaml says otherwise."""
+    from ampbench import config
+
+    cfg = config.load_config(REPO / "params.yaml")
+    trained = {"train.lr": 0.2, "train.seeds": [0, 1, 2], "model.fc_dim": 4096}
+    seeds = [{"config_digest": "before", mixed.SETTINGS: trained}]
+    records = {v: {"seeds": seeds} for v in PAIR}
+    now = {**trained, "train.lr": 0.3, "train.seeds": (0, 1, 2)}  # a tuple, as the config holds it
+    said = mixed.since_trained(records, "after", now)
+    assert said == (
+        "params.yaml has changed since these models were trained (train.lr: 0.2 -> 0.3): the reports "
+        "are of the models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
+    ), said
+    assert mixed.since_trained(records, "before", now) == ""  # the digest the models carry: nothing to say
+    assert cfg.digest() and "train.lr" in cfg.digested()  # what evaluate passes

@@ -66,3 +66,29 @@ def check(records: dict[str, dict], allow_mixed: bool) -> str:
             "or pass --allow-mixed to compare them anyway, labelled"
         )
     return f"> **MIXED SETTINGS (--allow-mixed): not one study.** The variants were trained with: {said}."
+
+
+def since_trained(records: dict[str, dict], digest: str, settings: dict) -> str:
+    """'' when the models were trained with the params' settings (``digest``, ``settings``: the
+    config's ``digest()`` and ``digested()``); else one line saying what changed since (hostile pass
+    D: params.yaml edited after the training, then evaluate and compare said nothing of it)."""
+    seeds = [seed for record in records.values() for seed in record.get("seeds", [])]
+    if all(seed.get(DIGEST) == digest for seed in seeds):
+        return ""
+    now, changed = _plain(settings), {}
+    for seed in seeds:
+        for key, value in _plain(seed.get(SETTINGS, {})).items():
+            if key in now and now[key] != value:
+                changed.setdefault(key, f"{key}: {shown(value)} -> {shown(now[key])}")
+    what = "; ".join(changed[key] for key in sorted(changed)) or "its config digest differs"
+    return (
+        f"params.yaml has changed since these models were trained ({what}): the reports are of the "
+        "models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
+    )
+
+
+def _plain(values: dict) -> dict:
+    """As JSON holds them (tuples as lists): a model file's settings and the params' compare alike."""
+    import json
+
+    return json.loads(json.dumps(values, default=str))

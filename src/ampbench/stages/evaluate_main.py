@@ -70,7 +70,10 @@ def _evaluate(cfg: Config, args) -> int:
 
     clock = StageClock()  # its start-up part: process start and the imports above
     # One study, one configuration: refused before any run is touched (compare refuses it too).
-    mixed.check(evaluate.settings_of(variants, cfg.train.seeds, MODELS_DIR), args.allow_mixed)
+    trained = evaluate.settings_of(variants, cfg.train.seeds, MODELS_DIR)
+    mixed.check(trained, args.allow_mixed)
+    if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested()):
+        log.warning("%s", changed)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
