@@ -52,3 +52,4 @@ def test_an_immutable_seed_folder_in_models_gets_chattr_not_chown(tmp_path, immu
     line = str(err.value)
     assert "cannot be replaced by this stage's models: models/single-fp32/seed-0 (" in line, line
     assert "`sudo chattr -i -a models/single-fp32/seed-0`" in line and "chown" not in line, line
+    assert "rm -r" not in line, line  # an immutable folder cannot be removed either (hostile pass D)

@@ -94,3 +94,22 @@ def test_no_estimate_line_between_a_stop_notice_and_the_stop(tmp_path):
     with pytest.raises(loop.Stopped, match="stopped at seed 0 epoch 1 step 2"):
         loop.train_seed(job)
     assert progress.reports == 1  # after step 1 only
+
+
+def test_a_resume_is_said_by_the_main_process_only(tmp_path, caplog):
+    """Hostile pass C: a DDP stage's "resuming seed 1 at epoch 2 step 12" once per worker."""
+    import logging
+
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(_seed_job(tmp_path, crash_at_step(2), checkpoint_every_s=1e-9))
+    saved = SeedCheckpoint.load(tmp_path / "checkpoint.pt")
+    caplog.set_level(logging.INFO)
+    job = _seed_job(tmp_path, crash_at_step(1))  # resumed, then stopped at once: the line is said first
+
+    class Worker(parallel.Single):  # a DDP worker of rank 1, as far as the loop's lines go
+        is_main = False
+
+    job.strategy.__class__ = Worker
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(job, resume=saved)
+    assert not [r for r in caplog.records if "resuming seed" in r.getMessage() and r.levelno >= logging.INFO]

@@ -143,9 +143,10 @@ def check_replaceable(out: Path) -> None:
         where, reason = found
         owner = _owner(where)
         fix = f"give it back (`sudo chown -R $USER {out}`)" if owner else "make it writable by this user"
+        if "chattr" not in reason:  # an immutable folder cannot be removed either (hostile pass D)
+            fix += f" or remove it (`sudo rm -r {out}`)"
         raise files.CheckpointError(
-            f"{out} cannot be replaced by this stage's models: {where}{owner} ({reason}): {fix} "
-            f"or remove it (`sudo rm -r {out}`), {rerun}"
+            f"{out} cannot be replaced by this stage's models: {where}{owner} ({reason}): {fix}, {rerun}"
         )
 
 

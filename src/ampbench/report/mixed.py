@@ -63,7 +63,8 @@ def check(records: dict[str, dict], allow_mixed: bool) -> str:
             f"the variants were trained with different settings ({said}), so their comparison would "
             "mix two studies; set params.yaml to the settings the study should have and run the "
             "pipeline again (`make run` or `dvc repro`: it re-trains the variants trained otherwise), "
-            "or pass --allow-mixed to compare them anyway, labelled"
+            "or compare them anyway, the reports labelled as mixed: `ampbench evaluate --allow-mixed`, "
+            "then `ampbench compare --allow-mixed`"
         )
     return f"> **MIXED SETTINGS (--allow-mixed): not one study.** The variants were trained with: {said}."
 

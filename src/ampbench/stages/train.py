@@ -150,8 +150,9 @@ def _train_one(
     done = work_folder.finished(job.checkpoint_path.with_name("model.pt"), variant, digest, fresh)
     strategy.barrier()  # every rank has decided before rank 0 may write anything
     if done:
-        log.info("seed %d: already trained in this stage (run %s), not trained again", job.seed, done.run_id)
-        if main:
+        if main:  # once, not once per DDP worker (hostile pass C)
+            said = "seed %d: already trained in this stage (run %s), not trained again"
+            log.info(said, job.seed, done.run_id)
             train_runs.close_seed_run(stage, done, job.checkpoint_path.with_name("model.pt"))
         return Trained(job.seed, done.run_id, done.result)
     resume = work_folder.load_resume(

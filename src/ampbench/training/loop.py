@@ -114,9 +114,8 @@ class SeedTraining:
             work.restore(self.trainer, resume, job.checkpoint_path)
             for key in ("epoch", "step", "history", "stats", "elapsed", "joules"):
                 self.state[key] = getattr(resume, key)
-            log.info(  # 1-based epoch, as the stop message counts it
-                "resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"]
-            )
+            say = log.info if job.strategy.is_main else log.debug  # once, not once per DDP worker
+            say("resuming seed %d at epoch %d step %d", job.seed, self.state["epoch"] + 1, self.state["step"])
         self.test = (job.data["test_images"].to(self.device), job.data["test_labels"].to(self.device))
         self.memory = measure.PeakMemory(self.device)
         self.first_epoch = self.state["epoch"]  # this process's warm-up epoch (capture, autotuning)
