@@ -269,6 +269,16 @@ def test_a_params_file_that_is_not_yaml_names_the_line_and_a_tab_is_told(tmp_pat
     ), err.value
 
 
+def test_a_params_file_of_the_users_own_is_not_told_to_git_checkout_params_yaml(tmp_path: Path):
+    """Hostile pass D: a broken `--params mine.yaml` was told "restore params.yaml (`git checkout
+    params.yaml`)", a file the user had not named."""
+    mine = tmp_path / "mine.yaml"
+    mine.symlink_to(tmp_path / "gone.yaml")
+    with pytest.raises(ConfigError) as err:
+        load_config(mine)
+    assert str(err.value).endswith(f"which does not exist; fix {mine}, or point --params at another file")
+
+
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
     """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
     link = tmp_path / "params.yaml"

@@ -17,7 +17,7 @@ import yaml
 
 import ampbench.config.rules as config_rules
 from ampbench.config.settings import Config, ConfigError
-from ampbench.config.strict import FIX, cut, parse_value, read_params, shown
+from ampbench.config.strict import cut, fix_for, parse_value, read_params, shown
 
 # The largest integer a setting may hold (a C long): beyond it no count makes sense.
 INT_LIMIT = 2**63 - 1
@@ -186,7 +186,7 @@ def _read_params(path: Path) -> dict:
     raw = read_params(path)
     if raw is None or raw == {}:
         # Running on code defaults would silently train the full study (and download CIFAR-10).
-        raise ConfigError(f"params file {path}: holds no settings (empty or only comments); {FIX}")
+        raise ConfigError(f"params file {path}: holds no settings (empty or only comments); {fix_for(path)}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     return raw

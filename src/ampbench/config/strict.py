@@ -117,42 +117,49 @@ def parse_value(text: str) -> object:
 FIX = "restore params.yaml (`git checkout params.yaml`), or point --params at a params.yaml"
 
 
+def fix_for(path: Path) -> str:
+    """FIX for the project's params.yaml; for a file of the user's own (--params), not a `git
+    checkout` of another file (hostile pass D)."""
+    return FIX if Path(path).name == "params.yaml" else f"fix {path}, or point --params at another file"
+
+
 def read_params(path: Path) -> object:
     """The parsed params file, or a ConfigError saying what is wrong with it."""
+    fix = fix_for(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except FileNotFoundError:
         if os.path.islink(path):  # "not found" of a file that `ls` lists: say what it points at
             raise ConfigError(
-                f"params file {path}: a link to {os.readlink(path)}, which does not exist; {FIX}"
+                f"params file {path}: a link to {os.readlink(path)}, which does not exist; {fix}"
             ) from None
         if Path(path).name == "params.yaml" and not Path(path).parent.name:  # the default: where it is run
             raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
         raise ConfigError(f"params file {path}: not found; check the path given to --params") from None
     except OSError as err:
-        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None
+        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {fix}") from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"params file {path}: is a folder, not a file; {FIX}")
+            raise ConfigError(f"params file {path}: is a folder, not a file; {fix}")
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {FIX}")
+            raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {fix}")
         data = _read_at_most(fd, MAX_BYTES + 1)  # a file growing meanwhile, or a size /proc does not tell
     except OSError as err:  # /proc/self/mem: EIO
-        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {FIX}") from None
+        raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {fix}") from None
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:
         raise ConfigError(
             f"params file {path}: larger than {MAX_BYTES // 1_000_000} MB ({max(info.st_size, len(data)):,} "
-            f"bytes); a params file is a few kB: {FIX}"
+            f"bytes); a params file is a few kB: {fix}"
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         byte = err.object[err.start : err.start + 1]
         raise ConfigError(
-            f"params file {path}: not UTF-8 text (byte {err.start}: {byte!r}); save it as UTF-8, or {FIX}"
+            f"params file {path}: not UTF-8 text (byte {err.start}: {byte!r}); save it as UTF-8, or {fix}"
         ) from None
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader, stricter
@@ -168,6 +175,6 @@ def _not_yaml(path: Path, err: yaml.YAMLError) -> str:
     mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
     if mark is None or not problem:
         return f"{path}: not valid YAML: {' '.join(str(err).split())[:300]}"
-    fix = "indent with spaces, not tabs" if "'\\t'" in problem else "fix that line"
+    hint = "indent with spaces, not tabs" if "'\\t'" in problem else "fix that line"
     where = f"line {mark.line + 1}, column {mark.column + 1}"
-    return f"{path}: {where}: not valid YAML ({problem}); {fix}, or {FIX}"
+    return f"{path}: {where}: not valid YAML ({problem}); {hint}, or {fix_for(path)}"
