@@ -32,7 +32,7 @@ def test_a_missing_model_is_refused_before_any_variant_is_evaluated(tmp_path):
     from ampbench.stages import evaluate
 
     with pytest.raises(FileNotFoundError) as err:
-        evaluate.settings_of(["dp-autocast_gradscaler"], (0,), tmp_path / "models")
+        evaluate.check_models(["dp-autocast_gradscaler"], (0,), tmp_path / "models")
     assert str(err.value).endswith(
         "missing: train dp-autocast_gradscaler first (`ampbench train --parallel dp --precision "
         "autocast_gradscaler`, or `dvc repro train@dp-autocast_gradscaler`)"

@@ -203,18 +203,26 @@ def _settings(saved: ModelFile) -> dict:
 
 def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]:
     """Each variant's seeds' training settings, from their model files (as the metrics files will
-    carry them), for ``report.mixed``. A missing file is refused here, before any variant is
-    evaluated (hostile pass: three variants evaluated, then the fourth's missing model)."""
+    carry them), for ``report.mixed``; a missing file is ``check_models``' to refuse."""
     records: dict[str, dict] = {}
     for variant in variants:
         rows = []
         for seed in seeds:
             path = models_dir / variant / f"seed-{seed}" / "model.pt"
-            if not path.exists():
-                raise _missing_model(path, variant)
-            rows.append(_settings(ModelFile.load(path, mmap=True)))  # mapped: the weights are read once
+            if path.exists():  # mapped: the weights are read once, by the evaluation
+                rows.append(_settings(ModelFile.load(path, mmap=True)))
         records[variant] = {"seeds": rows}
     return records
+
+
+def check_models(variants: list[str], seeds, models_dir: Path) -> None:
+    """Every model file is there, before any variant is evaluated (hostile pass: three variants
+    evaluated, then the fourth's missing model, with a command that trains another variant)."""
+    for variant in variants:
+        for seed in seeds:
+            path = models_dir / variant / f"seed-{seed}" / "model.pt"
+            if not path.exists():
+                raise _missing_model(path, variant)
 
 
 def _missing_model(path: Path, variant: str) -> FileNotFoundError:

@@ -72,10 +72,11 @@ def _evaluate(cfg: Config, args) -> int:
     # One study, one configuration: refused before any run is touched (compare refuses it too).
     trained = evaluate.settings_of(variants, cfg.train.seeds, MODELS_DIR)
     mixed.check(trained, args.allow_mixed)
-    if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested()):
-        log.warning("%s", changed)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
+    evaluate.check_models(variants, cfg.train.seeds, MODELS_DIR)
+    if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested()):
+        log.warning("%s", changed)
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
     dataset = prepared.load_dataset(DATA_FILE)
     clock.mark("setup")
