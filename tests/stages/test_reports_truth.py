@@ -380,3 +380,34 @@ def test_models_trained_before_params_yaml_changed_are_said_to_be(tmp_path):
     ), said
     assert mixed.since_trained(records, "before", now) == ""  # the digest the models carry: nothing to say
     assert cfg.digest() and "train.lr" in cfg.digested()  # what evaluate passes
+
+
+def test_a_deleted_run_or_experiment_is_named_as_deleted_with_the_restore(project, monkeypatch):
+    """Hostile pass E: a variant run deleted in the UI was "a run the store does not hold (a new or
+    replaced store?)"; a deleted experiment made every stage fail with MLflow's "must be in the
+    'active' state" and "check the store", run after run."""
+    from ampbench.stages.compare import runs_not_in
+    from ampbench.tracking.store import TrackingError
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(project)
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tracker = Tracker("cifar10-amp")
+    gone = tracker.start("single-fp32", {"ampbench.kind": "variant"})
+    tracker.client.delete_run(gone)
+    line = runs_not_in(tracker, {"single-fp32": {"seeds": [{"seed": 0, "variant_run_id": gone}]}})
+    assert line == (
+        f"reports/metrics/single-fp32.json names MLflow run {gone}, deleted in store {uri}: restore it "
+        f"(`MLFLOW_TRACKING_URI={uri} mlflow runs restore --run-id {gone}`), or train and evaluate "
+        "single-fp32 again"
+    ), line
+    experiment = tracker.experiment_id()
+    tracker.client.delete_experiment(experiment)
+    with pytest.raises(TrackingError) as err:
+        Tracker("cifar10-amp").experiment_id()
+    assert str(err.value) == (
+        f"MLflow experiment 'cifar10-amp' of store {uri} is deleted (in its trash): restore it "
+        f"(`MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id {experiment}`), or name "
+        "another experiment (tracking.experiment in params.yaml)"
+    )

@@ -9,6 +9,7 @@ out are counted and said, once per split, with an example and the fix.
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def samples(folder: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]
     out (not hidden, not of IMAGE_EXTENSIONS) are said in one warning."""
     from torchvision.datasets.folder import make_dataset
 
+    _refuse_linked_folders(folder, class_to_idx)
     found = make_dataset(str(folder), class_to_idx, extensions=IMAGE_EXTENSIONS)
     left_out = [
         path
@@ -46,6 +48,21 @@ def samples(folder: Path, class_to_idx: dict[str, int]) -> list[tuple[str, int]]
             left_out[0].relative_to(folder),
         )
     return found
+
+
+def _refuse_linked_folders(folder: Path, class_to_idx: dict[str, int]) -> None:
+    """A link to a folder inside a class folder: make_dataset follows links (os.walk followlinks),
+    so a link to `..` took every class's images into one, 40 times over, and two such links walked
+    for minutes without a word (hostile pass E). Archives refuse links already (data/extract.py)."""
+    for name in class_to_idx:
+        for top, dirs, _ in os.walk(folder / name):  # links not followed: each is seen, none entered
+            for entry in dirs:
+                path = Path(top, entry)
+                if path.is_symlink():
+                    raise DataError(
+                        f"{path} is a link to a folder ({os.readlink(path)}): the images of a class are "
+                        "read from its own folder only; copy them in, or remove the link"
+                    )
 
 
 def check_classes(root: Path, train: set[str], test: set[str]) -> None:

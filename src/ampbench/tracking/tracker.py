@@ -105,6 +105,8 @@ class Tracker:
             with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
                 self._follow_move()
                 self.experiment_id()
+        except TrackingError:  # already its one line (a deleted experiment)
+            raise
         except Exception as err:
             raise store.store_fault(err, self.uri) or TrackingError(
                 f"MLflow tracking store {self.uri} is not usable ({store.brief(err)}). Start the server, "
@@ -127,6 +129,12 @@ class Tracker:
         if self._experiment_id:
             return self._experiment_id
         found = self.client.get_experiment_by_name(self.experiment)
+        if found is not None and found.lifecycle_stage == "deleted":  # hostile pass E: "failed (...)"
+            raise store.TrackingError(
+                f"MLflow experiment {self.experiment!r} of store {self.uri} is deleted (in its trash): "
+                f"restore it (`MLFLOW_TRACKING_URI={self.uri} mlflow experiments restore --experiment-id "
+                f"{found.experiment_id}`), or name another experiment (tracking.experiment in params.yaml)"
+            )
         if found is None:
             location = None
             if self.uri.startswith("sqlite:") and "MLFLOW_TRACKING_URI" not in os.environ:
