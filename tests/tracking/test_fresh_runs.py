@@ -49,3 +49,14 @@ def test_fresh_ends_a_run_a_kill_left_running_and_without_it_the_run_goes_on(tmp
     assert train_runs.seed_run(stage, job, "single-fp32", digest, {}) == killed  # a crash: same run
     assert train_runs.seed_run(stage, job, "single-fp32", digest, {}, fresh=True) != killed
     assert stage.tracker.status(killed) == "KILLED"  # not RUNNING for ever
+
+
+def test_fresh_starts_a_new_variant_run_too(tmp_path, monkeypatch):
+    """Hostile pass E: after `--fresh` the refused stage's variant run held the old and the new
+    seed run of seed 0 side by side (the UI showed three seeds of two)."""
+    stage, job, digest = _stage_and_job(tmp_path, monkeypatch)
+    cfg, work = job.cfg, job.checkpoint_path.parent.parent
+    first = train_runs.variant_run(stage.tracker, work, "single-fp32", cfg)
+    assert train_runs.variant_run(stage.tracker, work, "single-fp32", cfg) == first  # a re-run: the same
+    fresh = train_runs.variant_run(stage.tracker, work, "single-fp32", cfg, fresh=True)
+    assert fresh != first and stage.tracker.status(first) == "KILLED"  # not RUNNING for ever

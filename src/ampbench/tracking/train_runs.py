@@ -89,10 +89,15 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config) -> str:
-    """The variant's MLflow run: the one an interrupted stage started, else a new one."""
+def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config, fresh: bool = False) -> str:
+    """The variant's MLflow run: the one an interrupted stage started, else a new one; under
+    ``--fresh`` a new one, as each seed's (hostile pass E: the old and the new seed run of a seed
+    side by side under one variant run)."""
     digest, known = cfg.digest(), read_json(work / "variant.json")
-    if known and known.get("config_digest") == digest and tracker.status(known["run_id"]):
+    status = known and known.get("config_digest") == digest and tracker.status(known["run_id"])
+    if known and status == "RUNNING" and fresh:  # left by a kill -9: not RUNNING for ever
+        tracker.end(known["run_id"], "KILLED")
+    if known and status and not fresh:
         tracker.resume(known["run_id"])
         return known["run_id"]
     parallel_name, precision_name = variant.split("-", 1)
