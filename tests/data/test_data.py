@@ -492,6 +492,22 @@ def test_a_link_to_a_folder_inside_a_class_folder_is_refused(image_folder):
     )
 
 
+def test_class_names_with_a_control_character_or_differing_by_case(tmp_path, caplog):
+    """Hostile pass E WARNs: a newline in a class folder's name went into the class list; `Cat`
+    beside `cat` was not pointed out."""
+    png = torchvision.io.encode_png(_image(1)).numpy().tobytes()
+    for root, names in (("a", ("ant", "do\ng")), ("b", ("Cat", "cat", "dog"))):
+        for split in ("train", "test"):
+            for name in names:
+                (tmp_path / root / split / name).mkdir(parents=True)
+                (tmp_path / root / split / name / "0.png").write_bytes(png)
+    with pytest.raises(prepared.DataError, match=r"the class folder name 'do\\ng' holds a control character"):
+        prepared.load_image_folder(tmp_path / "a")
+    caplog.set_level(logging.WARNING)
+    assert prepared.load_image_folder(tmp_path / "b")["classes"] == ["Cat", "cat", "dog"]
+    assert "class folders differ only by case: Cat, cat (kept apart, as named)" in caplog.text
+
+
 def test_image_folder_other_classes_sorted(tmp_path):
     for split in ("train", "test"):
         for i, name in enumerate(("zebra", "ant")):

@@ -75,6 +75,17 @@ def check_classes(root: Path, train: set[str], test: set[str]) -> None:
             f"{root}: the class folder name {shown!r} is not UTF-8 text (the names become the classes "
             "in the reports and MLflow): rename it in train/ and test/ to UTF-8 text"
         )
+    controls = sorted(n for n in train | test if any(ord(ch) < 32 for ch in n))
+    if controls:  # a newline in a class name splits report lines and MLflow's tables (hostile pass E)
+        raise DataError(
+            f"{root}: the class folder name {controls[0]!r} holds a control character (a newline, a tab): "
+            "rename it in train/ and test/"
+        )
+    folded = sorted(n for n in train if sum(m.lower() == n.lower() for m in train) > 1)
+    if folded:  # two classes a case-insensitive copy (a zip, a Mac) would merge: likely a mistake
+        log.warning(
+            "%s: class folders differ only by case: %s (kept apart, as named)", root, ", ".join(folded)
+        )
     if not train and not test:
         raise DataError(
             f"{root}: train/ and test/ hold no class folders; put each class's images in "
