@@ -36,3 +36,17 @@ def reason(err: BaseException, limit: int = 200) -> str:
     first, dot, _ = text.partition(". ")
     text = first + ("." if dot and not first.endswith(".") else "") if len(first) >= 20 else text
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def warning_as_error(err: BaseException) -> str | None:
+    """One line where a Python warning, turned into an error (PYTHONWARNINGS=error, -W error), is in
+    err's chain (hostile pass F: a library's SADeprecationWarning was reported as a broken MLflow
+    store, "check the store")."""
+    found = next((e for e in chain(err) if isinstance(e, Warning)), None)
+    if found is None:
+        return None
+    return (
+        f"a Python warning was raised as an error ({type(found).__name__}: {reason(found)}), as "
+        "PYTHONWARNINGS=error or -W error asks: a library's warning, not a fault of this run; unset "
+        "PYTHONWARNINGS (or -W error), then re-run"
+    )

@@ -20,3 +20,27 @@ def test_a_tracker_keeps_mlflows_run_links_off_stdout_unless_the_user_asked(tmp_
     monkeypatch.setenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "false")  # the user's own choice
     Tracker("quiet")
     assert os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] == "false"
+
+
+def test_a_warning_raised_as_an_error_is_not_called_a_broken_store():
+    """Hostile pass F: `PYTHONWARNINGS=error ampbench train` said "MLflow store ... failed
+    (SADeprecationWarning: ...); check the store", of a store that was fine."""
+    from ampbench import cli
+    from ampbench.tracking import store
+
+    class SADeprecationWarning(DeprecationWarning):
+        pass
+
+    try:
+        try:
+            raise SADeprecationWarning("The ``noload`` loader strategy is deprecated. It goes on.")
+        except Warning as warning:
+            raise RuntimeError("(sqlite3) query failed") from warning
+    except RuntimeError as err:
+        line = str(store.store_fault(err, "sqlite:///mlflow.db"))
+        assert cli._fault_line(err) == line  # noqa: SLF001 - any other stage says the same
+    assert line == (
+        "a Python warning was raised as an error (SADeprecationWarning: The ``noload`` loader strategy is "
+        "deprecated.), as PYTHONWARNINGS=error or -W error asks: a library's warning, not a fault of this "
+        "run; unset PYTHONWARNINGS (or -W error), then re-run"
+    )

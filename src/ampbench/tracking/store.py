@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ampbench.chains import chain
+from ampbench.chains import chain, warning_as_error
 from ampbench.paths import unwritable
 from ampbench.tracking import faults
 
@@ -268,7 +268,7 @@ def brief(err: BaseException) -> str:
 def store_fault(err: BaseException, uri: str | None = None) -> TrackingError | None:
     """One line for a store fault in err's chain (what failed, which store, the fix), or None."""
     uri = uri or tracking_uri()
-    text = _missing_driver(err, uri) or faults.describe(err, uri, _sqlite_file(uri))
+    text = warning_as_error(err) or _missing_driver(err, uri) or faults.describe(err, uri, _sqlite_file(uri))
     return TrackingError(text) if text else None
 
 
