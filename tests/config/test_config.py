@@ -279,6 +279,17 @@ def test_a_params_file_of_the_users_own_is_not_told_to_git_checkout_params_yaml(
     assert str(err.value).endswith(f"which does not exist; fix {mine}, or point --params at another file")
 
 
+def test_a_params_yaml_gone_from_the_project_folder_is_told_to_be_restored(tmp_path: Path, monkeypatch):
+    """Hostile pass F: params.yaml deleted, run from the project's folder: "run from the repo root
+    or pass --params", where the user was, and no `git checkout params.yaml`."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="not found; run from the repo root or pass --params"):
+        load_config("params.yaml")  # elsewhere: the folder is the question
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"not found beside dvc.yaml; restore params.yaml \(`git checkout"):
+        load_config("params.yaml")
+
+
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):
     """Hostile pass WARN: "link.yaml: not found" for a file that `ls` lists."""
     link = tmp_path / "params.yaml"

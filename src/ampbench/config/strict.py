@@ -134,6 +134,8 @@ def read_params(path: Path) -> object:
                 f"params file {path}: a link to {os.readlink(path)}, which does not exist; {fix}"
             ) from None
         if Path(path).name == "params.yaml" and not Path(path).parent.name:  # the default: where it is run
+            if Path("dvc.yaml").is_file():  # the project's folder: its params.yaml is gone (hostile pass F)
+                raise ConfigError(f"{path}: not found beside dvc.yaml; {FIX}") from None
             raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
         raise ConfigError(f"params file {path}: not found; check the path given to --params") from None
     except OSError as err:
