@@ -32,7 +32,7 @@ import os
 import sys
 
 from ampbench import address_space, cli_options, interrupts, output
-from ampbench.chains import kinds, warning_as_error
+from ampbench.chains import kinds
 from ampbench.config import ConfigError, load_config
 from ampbench.paths import unreadable_folder
 
@@ -228,7 +228,7 @@ def _fault_line(err: BaseException) -> str | None:
     path this user may not write (the last resort: the stages check what they can before any work)
     anywhere in err's chain, else None. Memory first: the others may import (hostile re-run:
     the store's check imported SQLAlchemy under a `ulimit -v` that could not hold it)."""
-    if line := address_space.out_of_memory(err) or warning_as_error(err):
+    if line := address_space.out_of_memory(err):
         return line
     try:
         fault = faults.disk_full(err) or store.store_fault(err) or faults.refused_write(err)

@@ -26,6 +26,7 @@ from pathlib import Path
 from ampbench import processes
 from ampbench.config import ConfigError
 from ampbench.config.strict import cut, read_params
+from ampbench.data import archive_magic
 
 PARAMS_FILE = "params.yaml"  # the params file DVC reads by default, beside dvc.yaml
 EXIT_USAGE = 2  # as `ampbench` exits on a configuration error
@@ -124,19 +125,15 @@ def data_fault(data_url: str) -> str:
     return f"DATA={shown}: {what}; {fix}" if what else ""
 
 
-# How a tar archive, or a stream tarfile decompresses, starts; the download stage checks the rest.
-_ARCHIVE_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
-
-
 def _not_an_archive(path: Path) -> str:
     """Why the file at DATA is no archive the download stage reads, from its first bytes ("" if it
     may be one): said before the estimate, not after it (hostile pass WARN: an HTML page given as
     DATA was refused by the download stage ~15 s in, naming data.url)."""
     with open(path, "rb") as f:
         head = f.read(512)
-    if head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html", b"<?xml", b"<head")):
+    if archive_magic.is_web_page(head):
         return "is a web page (HTML), not the archive: download the archive itself"
-    if head.startswith(_ARCHIVE_MAGIC) or head[257:262] == b"ustar":
+    if archive_magic.compression(head) or head[257:262] == b"ustar":  # the download stage checks the rest
         return ""
     return "is not a tar archive, nor a gzip, bzip2 or xz compressed one" if head else "is an empty file"
 

@@ -10,8 +10,6 @@ files, is refused from its headers, before it fills the disk for everyone on the
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import lzma
 import os
 import shutil
@@ -25,7 +23,7 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from ampbench import atomic
-from ampbench.data import download_lines
+from ampbench.data import archive_magic, download_lines
 from ampbench.data.errors import DataError, no_space, no_space_message, size_text
 
 CHUNK = 1 << 20
@@ -139,10 +137,6 @@ def _check_complete(tar: tarfile.TarFile, archive: Path) -> None:
         raise _Corrupt(f"{where}, no end-of-archive marker: truncated or damaged")
 
 
-# How each compression tarfile reads starts, and the module that opens it.
-_COMPRESSIONS = {b"\x1f\x8b": ("gzip", gzip), b"BZh": ("bzip2", bz2), b"\xfd7zXZ\x00": ("xz", lzma)}
-
-
 def not_a_tar(archive: Path) -> str:
     """What tarfile could not open in `archive` is, in a few words (tarfile says it in five lines,
     one per method it tried): empty, an empty or damaged compressed stream, or no tar inside."""
@@ -150,10 +144,9 @@ def not_a_tar(archive: Path) -> str:
         head = f.read(64)
     if not head:
         return "the file is empty (0 bytes)"
-    if head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html", b"<?xml", b"<head")):
-        # a web page where the archive was meant (final pass H: a URL of a page, not of the file)
+    if archive_magic.is_web_page(head):
         return "it is a web page (HTML), not the archive: data.url must be the file's own download link"
-    kind = next((named for magic, named in _COMPRESSIONS.items() if head.startswith(magic)), None)
+    kind = archive_magic.compression(head)
     if kind is None:
         return "it is not a tar archive, nor a gzip, bzip2 or xz compressed one"
     name, module = kind
