@@ -4,6 +4,8 @@ takes half a minute (stages/starting.py)."""
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 
 import pytest
@@ -98,3 +100,48 @@ def test_the_line_counts_from_the_commands_start(caplog, monkeypatch):
     with StartingLine("evaluate", seconds=0.1):
         time.sleep(0.4)
     assert _lines(caplog) and _lines(caplog)[0].startswith("evaluate: starting (23 s so far)"), _lines(caplog)
+
+
+def _filter_with_a_line_inside(line: StartingLine, at: int) -> list[int]:
+    """Run ``line.filter`` on a stage line; at its `at`-th traced line event (inside the filter, or
+    anything it calls), filter a second line first, as a signal handler's line would be: a stop's
+    "SIGHUP received" logged by the stop handler. The count of line events seen, in a list."""
+    record = logging.LogRecord("ampbench.training.progress", logging.INFO, __file__, 1, "epoch 1", None, None)
+    seen = [0]
+
+    def trace(frame, event, arg):
+        if event == "line":
+            seen[0] += 1
+            if seen[0] == at:
+                sys.settrace(None)
+                line.filter(record)  # the handler's line, untraced
+        return trace
+
+    sys.settrace(trace)
+    try:
+        line.filter(record)
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+def test_a_line_logged_by_a_signal_handler_inside_the_filter_never_hangs():
+    """CI (stop 42): SIGHUP's "received" line, logged by the stop handler while the loop's own line
+    was inside StartingLine.filter, waited forever for the lock of the threading.Event that the
+    interrupted line held; the stage trained on, deaf to the stop. Here a nested line comes at each
+    traced line of the filter's run in turn."""
+    with StartingLine("single-fp32", seconds=60) as line:
+        lines = _filter_with_a_line_inside(line, at=0)[0]
+    assert lines > 0
+    for at in range(1, lines + 1):
+        line = StartingLine("single-fp32", seconds=60).__enter__()
+        run = threading.Thread(target=_filter_with_a_line_inside, args=(line, at), daemon=True)
+        run.start()
+        run.join(5)
+        if run.is_alive():  # its lock is held for good: leaving the block would wait for it too
+            for handler in line.handlers:
+                handler.removeFilter(line)
+            pytest.fail(f"a line at traced line {at} of {lines} of the filter's run: stuck for good")
+        line.__exit__(None, None, None)
+        line.thread.join(1)
+        assert not line.thread.is_alive()  # the watch ended with the stage's first line
