@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -283,11 +284,32 @@ def test_a_params_yaml_gone_from_the_project_folder_is_told_to_be_restored(tmp_p
     """Hostile pass F: params.yaml deleted, run from the project's folder: "run from the repo root
     or pass --params", where the user was, and no `git checkout params.yaml`."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="not found; run from the repo root or pass --params"):
+    with pytest.raises(ConfigError, match=r"not found in .*; run ampbench from the project's folder \("):
         load_config("params.yaml")  # elsewhere: the folder is the question
     (tmp_path / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"not found beside dvc.yaml; restore params.yaml \(`git checkout"):
         load_config("params.yaml")
+
+
+def test_a_subfolder_of_the_project_is_told_to_cd_to_its_root_even_with_params(tmp_path: Path, monkeypatch):
+    """Hostile pass H: in docs/, "params.yaml: not found; run from the repo root or pass --params";
+    with `--params ../params.yaml`, "data/prepared/cifar10.pt not found; run `ampbench download`
+    first", which would build a second project inside docs/."""
+    root = tmp_path / "project"
+    (root / "docs").mkdir(parents=True)
+    (root / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    monkeypatch.chdir(root / "docs")
+    with pytest.raises(ConfigError) as err:
+        load_config("params.yaml")
+    assert str(err.value) == (
+        f"params.yaml: not found in {root / 'docs'}, a folder inside the project at {root}; run ampbench "
+        f"from there (`cd {root}`)"
+    )
+    with pytest.raises(ConfigError, match=rf"run it from {root} \(`cd {root}`\)$"):
+        load_config("../params.yaml")
+    monkeypatch.chdir(root)
+    assert load_config("params.yaml").train.seeds  # from the project's folder: read
 
 
 def test_a_dangling_params_link_names_where_it_points(tmp_path: Path):

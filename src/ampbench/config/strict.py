@@ -16,6 +16,7 @@ file (and the line where there is one) and the fix:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -126,6 +127,7 @@ def fix_for(path: Path) -> str:
 def read_params(path: Path) -> object:
     """The parsed params file, or a ConfigError saying what is wrong with it."""
     fix = fix_for(path)
+    _refuse_a_subfolder(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except FileNotFoundError:
@@ -136,7 +138,7 @@ def read_params(path: Path) -> object:
         if Path(path).name == "params.yaml" and not Path(path).parent.name:  # the default: where it is run
             if Path("dvc.yaml").is_file():  # the project's folder: its params.yaml is gone (hostile pass F)
                 raise ConfigError(f"{path}: not found beside dvc.yaml; {FIX}") from None
-            raise ConfigError(f"{path}: not found; run from the repo root or pass --params") from None
+            raise ConfigError(_not_in_a_project(path)) from None
         raise ConfigError(f"params file {path}: not found; check the path given to --params") from None
     except OSError as err:
         raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {fix}") from None
@@ -169,6 +171,38 @@ def read_params(path: Path) -> object:
         raise ConfigError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(_not_yaml(path, err)) from None
+
+
+def _project_above(folder: Path) -> Path | None:
+    """The nearest folder above ``folder`` that holds a dvc.yaml: the project it is inside."""
+    return next((p for p in folder.resolve().parents if (p / "dvc.yaml").is_file()), None)
+
+
+def _not_in_a_project(path: Path) -> str:
+    """The default params.yaml missing outside a project's folder. Every command reads and writes
+    data/, models/, reports/ and mlflow.db where it runs: in a subfolder of the project, --params
+    would start a second project there (hostile pass H: "pass --params", then "run `ampbench
+    download` first" beside the project's own prepared data)."""
+    here, root = Path.cwd(), _project_above(Path.cwd())
+    if root is not None:
+        inside = f"a folder inside the project at {root}"
+        return f"{path}: not found in {here}, {inside}; run ampbench from there (`cd {root}`)"
+    return f"{path}: not found in {here}; run ampbench from the project's folder (the one holding dvc.yaml)"
+
+
+def _refuse_a_subfolder(path: Path) -> None:
+    """--params naming the params.yaml of a project the command runs inside of, from a subfolder
+    (see _not_in_a_project)."""
+    here = Path.cwd()
+    with contextlib.suppress(OSError):
+        home = Path(path).resolve().parent
+        below = home in here.resolve().parents and not (here / "dvc.yaml").is_file()
+        if below and (home / "dvc.yaml").is_file():
+            raise ConfigError(
+                f"--params {path}: the params of the project at {home}, run from its subfolder {here}: "
+                f"ampbench reads and writes data/, models/ and reports/ where it runs; run it from {home} "
+                f"(`cd {home}`)"
+            )
 
 
 def _not_yaml(path: Path, err: yaml.YAMLError) -> str:

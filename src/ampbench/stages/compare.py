@@ -164,15 +164,17 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
     """'' when the store holds every variant run the metrics files name; else one line naming the
     first it does not hold (hostile pass: a deleted mlflow.db gave "failed (MlflowException: Run
     with id=... not found); check the store" after the reports were written)."""
+    from ampbench.tracking import trash
+
     for variant, record in records.items():
         for run_id in sorted(
             {s["variant_run_id"] for s in record.get("seeds", []) if s.get("variant_run_id")}
         ):
-            if tracker.status(run_id) is None and _deleted(tracker, run_id):  # hostile pass E
+            if tracker.status(run_id) is None and trash.deleted(tracker, run_id):  # hostile pass E
                 return (
                     f"reports/metrics/{variant}.json names MLflow run {run_id}, deleted in store "
-                    f"{tracker.uri}: restore it (`MLFLOW_TRACKING_URI={tracker.uri} mlflow runs restore "
-                    f"--run-id {run_id}`), or train and evaluate {variant} again"
+                    f"{tracker.uri}: restore it ({trash.restore_command(tracker, run_id)}), or train and "
+                    f"evaluate {variant} again"
                 )
             if tracker.status(run_id) is None:
                 return (
@@ -181,16 +183,6 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
                     "holds the runs (unset it for the repo's mlflow.db), or train and evaluate again"
                 )
     return ""
-
-
-def _deleted(tracker, run_id: str) -> bool:
-    """Whether the store holds the run in its trash (deleted in the UI, `mlflow runs delete`)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return tracker.client.get_run(run_id).info.lifecycle_stage == "deleted"
-    except MlflowException:
-        return False
 
 
 def _records(variants: list[str]) -> dict[str, dict]:

@@ -80,7 +80,7 @@ def train_variant(
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
             stage = train_runs.Stage(
-                tracker, train_runs.variant_run(tracker, work, variant, cfg, fresh), data_file, cfg
+                tracker, train_runs.variant_run(tracker, work, variant, cfg, fresh), data_file, cfg, fresh
             )
             log.debug("%s: MLflow runs at %s", variant, tracker.link())  # compare prints it, last
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run

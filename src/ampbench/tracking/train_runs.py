@@ -19,7 +19,7 @@ from ampbench.config import Config
 from ampbench.data import prepared
 from ampbench.seed_result import TIME_PARTS, SeedResult
 from ampbench.timing import StageClock
-from ampbench.tracking import view
+from ampbench.tracking import trash, view
 from ampbench.tracking.tracker import (
     CONDITIONS_TAG,
     KIND_TAG,
@@ -66,8 +66,11 @@ def end_variant_run(stage: Stage | None, status: str) -> None:
 class Stage:
     """What every seed of a train stage shares on rank 0: the store, the variant run, the data."""
 
-    def __init__(self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config) -> None:
+    def __init__(
+        self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config, fresh: bool = False
+    ) -> None:
         self.tracker, self.variant_run_id = tracker, variant_run_id
+        self.fresh = fresh  # `--fresh`: its re-run would train the finished seeds again
         self.data_digest = prepared.file_digest(data_file)
         self.data_source = cfg.data.url
         self.system_metrics = cfg.tracking.system_metrics == "always" or (
@@ -97,6 +100,8 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config, fresh: 
     status = known and known.get("config_digest") == digest and tracker.status(known["run_id"])
     if known and status == "RUNNING" and fresh:  # left by a kill -9: not RUNNING for ever
         tracker.end(known["run_id"], "KILLED")
+    if known and known.get("config_digest") == digest and not fresh:  # hostile pass H: one silently
+        trash.refuse_deleted(tracker, known["run_id"], "the variant's", variant)  # replaced
     if known and status and not fresh:
         tracker.resume(known["run_id"])
         return known["run_id"]
@@ -166,6 +171,7 @@ def open_seed_run(
     checkpoint may hold the epoch a kill came after)."""
     run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra, fresh)
     if resume:
+        trash.refuse_deleted(stage.tracker, run_id, f"seed {job.seed}'s", variant)
         stage.tracker.resume(run_id)
     log.debug("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
     held = held_epochs(stage.tracker, run_id)
@@ -200,6 +206,7 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     tracker, run_id, result = stage.tracker, saved.run_id, saved.result
     if tracker.status(run_id) == "FINISHED":
         return
+    trash.refuse_deleted(tracker, run_id, f"seed {saved.seed}'s", saved.variant)
     held = held_epochs(tracker, run_id) if saved.pending_metrics else set()
     pending = [p for p in saved.pending_metrics or [] if p[0] not in held]
     hooks = EpochHooks(tracker, run_id, pending, background=False)
@@ -211,11 +218,13 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
             tracker.set_tags(run_id, {"diverged": str(result.diverged).lower()})
             tracker.end(run_id, "FINISHED")
     except Exception as err:
+        # hostile pass H: under --fresh, "the same command" trained the seed again into a new run
+        same = "the same command without --fresh" if stage.fresh else "the same command"
         raise TrackingError(
             f"seed {saved.seed} trained, but MLflow store {tracker.uri} did not take run {run_id}'s "
             f"records ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}). The "
-            f"model and the missing metrics are kept in {final}: once the store answers, re-run the same "
-            f"command; it sends them to run {run_id} and trains nothing again."
+            f"model and the missing metrics are kept in {final}: once the store answers, re-run {same}; "
+            f"it sends them to run {run_id} and trains nothing again."
         ) from None
 
 

@@ -1,0 +1,81 @@
+"""A run in the store's trash that a train stage would go on with (hostile pass H: a seed run
+deleted while its stage was stopped failed every resume with "MLflow store ... failed (... must be
+in the 'active' state)", the store blamed; a deleted variant run was replaced without a word while
+its seeds finished under it). And a store outage under `--fresh` names the command that sends the
+kept model (hostile pass H: "re-run the same command", --fresh included, trained the seed again)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from test_fresh_runs import _stage_and_job
+
+from ampbench.tracking import train_runs
+from ampbench.tracking.store import TrackingError
+
+
+def _deleted_line(run_id: str, uri: str) -> str:
+    return f"MLflow run {run_id} is deleted in store {uri} (in its trash)"
+
+
+def test_a_deleted_variant_run_is_named_with_restore_and_fresh(tmp_path, monkeypatch):
+    stage, job, _ = _stage_and_job(tmp_path, monkeypatch)
+    cfg, work, tracker = job.cfg, job.checkpoint_path.parent.parent, stage.tracker
+    first = train_runs.variant_run(tracker, work, "single-fp32", cfg)
+    tracker.end(first, "KILLED")
+    tracker.client.delete_run(first)
+    with pytest.raises(TrackingError) as refused:
+        train_runs.variant_run(tracker, work, "single-fp32", cfg)
+    said = str(refused.value)
+    assert said.startswith("single-fp32: the variant's " + _deleted_line(first, tracker.uri)), said
+    assert f"mlflow runs restore --run-id {first}`" in said
+    assert "`ampbench train --parallel single --precision fp32 --fresh`" in said
+    tracker.client.restore_run(first)  # the fix it names
+    assert train_runs.variant_run(tracker, work, "single-fp32", cfg) == first
+    tracker.client.delete_run(first)  # the other fix: a new run
+    assert train_runs.variant_run(tracker, work, "single-fp32", cfg, fresh=True) != first
+
+
+def test_a_seed_run_deleted_while_its_stage_was_stopped_is_named_on_resume(tmp_path, monkeypatch):
+    stage, job, digest = _stage_and_job(tmp_path, monkeypatch)
+    run_id = train_runs.seed_run(stage, job, "single-fp32", digest, {})
+    stage.tracker.end(run_id, "KILLED")  # a stop: its checkpoint names the run
+    stage.tracker.client.delete_run(run_id)
+    resume = types.SimpleNamespace(run_id=run_id, hooks=None)
+    with pytest.raises(TrackingError) as refused:
+        train_runs.open_seed_run(stage, job, "single-fp32", digest, {}, resume)
+    assert str(refused.value).startswith("single-fp32: seed 0's " + _deleted_line(run_id, stage.tracker.uri))
+    assert stage.tracker.client.get_run(run_id).info.lifecycle_stage == "deleted"  # nothing else done
+
+
+def _saved(run_id: str) -> types.SimpleNamespace:
+    result = types.SimpleNamespace(params=dict, metrics=dict, diverged=False)
+    return types.SimpleNamespace(
+        run_id=run_id, result=result, seed=0, variant="single-fp32", pending_metrics=[], history=[]
+    )
+
+
+def test_a_finished_seeds_deleted_run_is_named_not_the_store(tmp_path, monkeypatch):
+    stage, job, digest = _stage_and_job(tmp_path, monkeypatch)
+    run_id = train_runs.seed_run(stage, job, "single-fp32", digest, {})
+    stage.tracker.client.delete_run(run_id)
+    with pytest.raises(TrackingError) as refused:
+        train_runs.close_seed_run(stage, _saved(run_id), tmp_path / "model.pt")
+    assert _deleted_line(run_id, stage.tracker.uri) in str(refused.value)
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_store_outage_names_the_command_that_sends_the_kept_model(tmp_path, monkeypatch, fresh):
+    stage, job, digest = _stage_and_job(tmp_path, monkeypatch)
+    run_id = train_runs.seed_run(stage, job, "single-fp32", digest, {})
+    stage.fresh = fresh
+
+    def down(*args, **kwargs):
+        raise ConnectionError("the tracking server went away")
+
+    monkeypatch.setattr(stage.tracker, "log_params", down)
+    with pytest.raises(TrackingError) as failed:
+        train_runs.close_seed_run(stage, _saved(run_id), tmp_path / "model.pt")
+    same = "re-run the same command without --fresh;" if fresh else "re-run the same command;"
+    assert same in str(failed.value), failed.value
