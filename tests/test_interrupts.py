@@ -114,3 +114,50 @@ def test_a_ctrl_c_during_a_save_is_delivered_after_the_rename(tmp_path, monkeypa
         signal.signal(signal.SIGINT, before)
     assert seen == [True], "the Ctrl-C came before the checkpoint had its name"
     assert torch.load(target) == {"step": 1} and [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_a_command_with_its_line_and_status(sig, monkeypatch, caplog):
+    """Hostile pass G: `ampbench evaluate` and `compare` died of SIGTERM or SIGHUP without a word
+    (rc -15, -1), leaving a `compare` run RUNNING for good. Now they stop as Ctrl-C stops them,
+    and an ignored one (nohup's SIGHUP) stays ignored."""
+    import time
+
+    def main(cfg, args, argv) -> int:
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the signal's handler raises in here
+        return 0
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(cli, "command_module", lambda name: types.SimpleNamespace(main=main))
+    before = signal.signal(sig, signal.SIG_DFL)
+    try:
+        code = cli.main(["compare"])
+        assert signal.getsignal(sig) is signal.SIG_DFL  # put back after the command
+        signal.signal(sig, signal.SIG_IGN)
+        ignored = cli.main(["compare"])
+    finally:
+        signal.signal(sig, before)
+    assert (code, ignored) == (128 + sig, 0)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        f"interrupted ({sig.name}): `ampbench compare` stopped before it finished; run the same command again"
+    ]
+
+
+def test_a_compare_run_stopped_while_it_publishes_ends_killed(tmp_path, monkeypatch):
+    from ampbench.tracking import compare_runs
+    from ampbench.tracking.tracker import Tracker
+    from conftest import empty_store
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{empty_store(tmp_path / 'mlflow.db')}")
+    tracker = Tracker("stopped")
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracker, "publish_answer", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        compare_runs.log_comparison(tracker, [], [], [], "")
+    [run] = tracker.client.search_runs([tracker.experiment_id()])
+    assert (run.info.run_name, run.info.status) == ("compare", "KILLED")

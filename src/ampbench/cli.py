@@ -29,6 +29,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 
 from ampbench import address_space, cli_options, interrupts, output
@@ -219,8 +220,10 @@ def _interrupted(command: str) -> int:
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
     if again and command == "estimate":  # make run's estimate, before any stage (hostile pass WARN)
         how = f"nothing ran yet. To run the study: {again}"
-    log.error("interrupted (Ctrl-C): `ampbench %s` stopped before it finished; %s", command, how)
-    return EXIT_INTERRUPTED
+    sig = interrupts.signum or signal.SIGINT  # a SIGTERM or SIGHUP stops a command as Ctrl-C does
+    said = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+    log.error("interrupted (%s): `ampbench %s` stopped before it finished; %s", said, command, how)
+    return 128 + sig
 
 
 def _fault_line(err: BaseException) -> str | None:

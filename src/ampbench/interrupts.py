@@ -6,6 +6,11 @@ went on; 5 s later, a RecursionError traceback) or inside C++ that calls back in
 never reach the command. ``noted`` (around ``cli.main``'s command) notes the Ctrl-C before raising it;
 long loops call ``check``, and ``cli.main`` ends an interrupted command as interrupted however it
 ended. A stage with its own stop handling (train) replaces the handler with its own.
+
+SIGTERM (``timeout``, a batch system) and SIGHUP (the terminal closed) stop a command the same
+way, where nothing ignores them: a KeyboardInterrupt, so its MLflow runs end and its half-written
+reports go, with its line and 128 + the signal (hostile pass G: evaluate and compare died of
+them without a word, a ``compare`` run left RUNNING for good).
 """
 
 from __future__ import annotations
@@ -16,27 +21,34 @@ import signal
 import sys
 import threading
 
-came = False  # a Ctrl-C arrived within noted()
+came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
+signum = 0  # which
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
 def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
     set); the handler before is put back after (tests run several commands in one process)."""
-    global came
-    came = False
-    mine = threading.current_thread() is threading.main_thread() and (
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
-    if mine:
-        signal.signal(signal.SIGINT, _on_sigint)
+    global came, signum
+    came, signum = False, 0
+    main = threading.current_thread() is threading.main_thread()
+    usual = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
+    mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
+    for sig in mine:
+        signal.signal(sig, _on_sigint)
     hook, sys.unraisablehook = sys.unraisablehook, _finalizer_failed
     try:
         yield
     finally:
         sys.unraisablehook = hook
-        if mine and signal.getsignal(signal.SIGINT) is _on_sigint:  # a stage may have set its own
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in mine:
+            if signal.getsignal(sig) is _on_sigint:  # a stage may have set its own
+                signal.signal(sig, usual[sig])
 
 
 def _finalizer_failed(unraisable) -> None:
@@ -51,9 +63,9 @@ def _finalizer_failed(unraisable) -> None:
     came = True  # raised by another handler than ours (a library's): noted all the same
 
 
-def _on_sigint(signum, frame) -> None:
-    global came
-    came = True
+def _on_sigint(sig, frame) -> None:
+    global came, signum
+    came, signum = True, signum or sig
     raise KeyboardInterrupt
 
 
@@ -67,16 +79,20 @@ def held():
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread runs Python's signal handlers
         return
+    # SIGTERM and SIGHUP too where a handler of ours takes them (noted's, a train stage's)
+    held_now = [sig for sig in STOPS if sig == signal.SIGINT or callable(signal.getsignal(sig))]
     arrived: list[int] = []
-    before = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    before = {sig: signal.signal(sig, lambda sig, frame: arrived.append(sig)) for sig in held_now}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
-    if arrived and callable(before):
-        before(signal.SIGINT, None)
-    elif arrived and before == signal.SIG_DFL:
-        os.kill(os.getpid(), signal.SIGINT)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    for sig in dict.fromkeys(arrived):  # each once, in the order they came
+        if callable(before[sig]):
+            before[sig](sig, None)
+        elif before[sig] == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)
 
 
 def check() -> None:

@@ -16,6 +16,7 @@ import os
 import pickle
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -586,11 +587,27 @@ def test_recorded_digest_is_used_only_while_the_file_is_unchanged(tmp_path):
     record = path.with_name("ds.pt.sha256")
     faked = json.loads(record.read_text()) | {"sha256": "f" * 64}
     record.write_text(json.dumps(faked))
-    assert prepared.file_digest(path) == "f" * 64  # the record is what is read while size+mtime match
+    assert prepared.file_digest(path) == "f" * 64  # the record is what is read while it is newer
+    time.sleep(0.01)
+    path.write_bytes(path.read_bytes()[::-1])  # an edit of the same size: the file is newer
+    assert prepared.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    record.write_text(json.dumps(faked))
     path.write_bytes(path.read_bytes() + b"x")  # an edit: size and mtime change
     assert prepared.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     record.write_text("{torn")
     assert prepared.file_digest(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_same_data_saved_again_is_the_same_bytes(tmp_path):
+    """Hostile pass G: `dvc repro -f download` of the same source made every train stage stale
+    ("modified: data/prepared"): the digest record beside the data held its modification time."""
+    ds = {"train_images": torch.arange(12, dtype=torch.uint8), "classes": ["a", "b"]}
+    prepared.save_dataset(ds, tmp_path / "prepared" / "cifar10.pt")
+    first = {p.name: p.read_bytes() for p in (tmp_path / "prepared").iterdir()}
+    time.sleep(0.01)
+    prepared.save_dataset(ds, tmp_path / "prepared" / "cifar10.pt")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "prepared").iterdir()} == first
+    assert sorted(first) == ["cifar10.pt", "cifar10.pt.sha256"]
 
 
 # ---------------------------------------------------------------- issue #13 items 6 and 12

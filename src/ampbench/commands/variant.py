@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 
 from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice, yes_no
 from ampbench.config import Config
@@ -50,8 +51,10 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     # (an environment variable, so that DDP workers see it too).
     os.environ["AMPBENCH_SCOPE"] = "variant"
     _name_the_entry_run(variant_name(args.parallel, args.precision))
-    if "AMPBENCH_RESUME_COMMAND" not in os.environ and (again := launcher_command()):
-        os.environ["AMPBENCH_RESUME_COMMAND"] = again  # a stop says: run the same `mlflow run`
+    if "AMPBENCH_RESUME_COMMAND" not in os.environ:
+        # a stop says: run the same `mlflow run`, or this command (hostile pass G: the train
+        # stage's own command, which would not evaluate)
+        os.environ["AMPBENCH_RESUME_COMMAND"] = launcher_command() or shlex.join(["ampbench", *argv])
     base = ["--params", args.params, *sum((["--set", o] for o in cli.all_overrides(args)), [])]
     if not DATA_FILE.exists() or prepared_mismatch(cfg):
         code = cli.main(["download", *base])
@@ -60,7 +63,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         timing.command_starts()
     v = ["--parallel", args.parallel, "--precision", args.precision]
     code = cli.main(["train", *v, *base])
-    if code in (cli.EXIT_STOPPED, cli.EXIT_INTERRUPTED):
+    if code > 128:  # stopped by a signal: 128 + its number
         _end_the_entry_run("KILLED")  # `mlflow run` itself may be gone (what stopped the stage)
     if not code:
         timing.command_starts()  # evaluate's start-up is not the training before it

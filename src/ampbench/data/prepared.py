@@ -226,9 +226,10 @@ def save_dataset(ds: dict, path: Path) -> None:
         legacy.unlink(missing_ok=True)
     try:
         atomic.atomic_save(ds, path)  # removes its own stale temps of dead writers first
-        atomic.atomic_write_text(
-            _digest_file(path), json.dumps({"sha256": _sha256(path), **_identity(path)}) + "\n"
-        )
+        # what DVC hashes as the stage's output: nothing in it may differ between two runs of
+        # the same data (hostile pass G: a modification time here made every train stage stale)
+        record = {"sha256": _sha256(path), "size": path.stat().st_size}
+        atomic.atomic_write_text(_digest_file(path), json.dumps(record) + "\n")
     except OSError as exc:
         raise DataError(
             f"could not write {path}: {exc.strerror}; check the free space and permissions of "
@@ -260,14 +261,16 @@ def file_digest(path: Path) -> str:
     """sha256 of a file (the prepared data's identity in MLflow's Dataset column).
 
     Every train and evaluate stage names its data, and hashing 180 MB costs ~0.4 s each time: the
-    download stage records the digest beside the file (``<name>.sha256``), and it is used while
-    the file's size and modification time are still the ones recorded (a DVC checkout or any edit
-    changes them: then the file is hashed again).
+    download stage records the digest beside the file (``<name>.sha256``, written after it), and
+    it is used while the file still has the recorded size and is older than the record (an edit
+    makes it newer; a DVC checkout may too: then the file is hashed again).
     """
     path = Path(path)
+    record = _digest_file(path)
     try:
-        known = json.loads(_digest_file(path).read_text(encoding="utf-8"))
-        if {k: known.get(k) for k in ("size", "mtime_ns")} == _identity(path):
+        known = json.loads(record.read_text(encoding="utf-8"))
+        data, said = path.stat(), record.stat()
+        if known.get("size") == data.st_size and data.st_mtime_ns < said.st_mtime_ns:
             return known["sha256"]
     except (OSError, ValueError, KeyError, AttributeError):
         pass  # no record (older download, hand-made file) or a damaged one: hash the file
@@ -276,11 +279,6 @@ def file_digest(path: Path) -> str:
 
 def _digest_file(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
-
-
-def _identity(path: Path) -> dict:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _sha256(path: Path) -> str:

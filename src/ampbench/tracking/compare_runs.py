@@ -18,7 +18,11 @@ def log_comparison(tracker: Tracker, rows: list[dict], variants: list[str], file
         for run_id in r["variant_run_ids"]:
             tracker.log_changed(run_id, numbers)
     run_id = tracker.start("compare", {KIND_TAG: "compare"}, {"variants": ",".join(variants)})
-    for path in files:
-        tracker.log_artifact(run_id, path)
-    tracker.publish_answer(rows, run_id, notice)
+    try:
+        for path in files:
+            tracker.log_artifact(run_id, path)
+        tracker.publish_answer(rows, run_id, notice)
+    except BaseException as err:  # never RUNNING for good (hostile pass G: a SIGTERM in here)
+        tracker.end_quietly(run_id, "FAILED" if isinstance(err, Exception) else "KILLED")
+        raise
     tracker.end(run_id, "FINISHED")

@@ -145,6 +145,12 @@ def log_to_run(tracker, run_id, step, title, metrics, cm, report, classes, model
             tracker.log_artifact(run_id, tmp / name, ARTIFACT_FOLDER)
 
 
+# Above this many classes the image shows colours only: a count in every cell and a name on every
+# tick cost time quadratic in classes (hostile pass H: over 5 minutes for 1000 classes, the
+# stage silent meanwhile) for an image nobody could read. The numbers are in confusion_matrix.json.
+LABELLED_CLASSES = 30
+
+
 def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Path) -> None:
     import matplotlib
 
@@ -152,10 +158,17 @@ def confusion_png(cm: list[list[int]], classes: list[str], title: str, path: Pat
     import matplotlib.pyplot as plt
     from sklearn.metrics import ConfusionMatrixDisplay
 
+    labelled = len(classes) <= LABELLED_CLASSES
     fig, ax = plt.subplots(figsize=(8, 7))
-    ConfusionMatrixDisplay(torch.tensor(cm).numpy(), display_labels=classes).plot(
-        ax=ax, xticks_rotation=45, colorbar=False, values_format="d"
+    ConfusionMatrixDisplay(torch.tensor(cm).numpy(), display_labels=classes if labelled else None).plot(
+        ax=ax, xticks_rotation=45, colorbar=not labelled, values_format="d", include_values=labelled
     )
+    if not labelled:  # class i is row and column i, as in confusion_matrix.json
+        ax.set_xticks([]), ax.set_yticks([])
+        (
+            ax.set_xlabel(f"Predicted label (0-{len(classes) - 1})"),
+            ax.set_ylabel(f"True label (0-{len(classes) - 1})"),
+        )
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -1,0 +1,37 @@
+"""`ampbench variant` stopped mid-training says to run `ampbench variant` again (hostile pass G:
+its stop line named the inner `ampbench train ...`, which trains but never evaluates)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from ampbench import cli
+from ampbench.commands import variant
+from ampbench.config import load_config
+from conftest import REPO
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_a_stopped_variant_names_itself_to_resume_and_evaluates_nothing(sig, monkeypatch):
+    monkeypatch.chdir(REPO)
+    for name in ("AMPBENCH_RESUME_COMMAND", "AMPBENCH_SCOPE", "MLFLOW_RUN_ID"):  # what main sets
+        monkeypatch.setenv(name, "")  # so that the undo removes what main sets
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(variant, "launcher_command", lambda: None)  # not under `mlflow run`
+    monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
+    monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")  # "prepared": nothing to download
+    seen = []
+
+    def stage(argv: list[str]) -> int:
+        seen.append((argv[0], os.environ.get("AMPBENCH_RESUME_COMMAND")))
+        return 128 + sig  # the train stage, stopped
+
+    monkeypatch.setattr(cli, "main", stage)
+    argv = ["variant", "--parallel", "single", "--precision", "autocast", "--fc-dim", "48"]
+    args = cli._parser().parse_args(argv)  # noqa: SLF001
+    assert variant.main(load_config(REPO / "params.yaml"), args, argv) == 128 + sig
+    said = "ampbench variant --parallel single --precision autocast --fc-dim 48"
+    assert seen == [("train", said)]  # what its stop line says; no evaluate after a stop
