@@ -521,6 +521,23 @@ def test_image_folder_other_classes_sorted(tmp_path):
     assert ds["train_images"][:, 0, 0, 0].tolist() == [1, 0]  # ant was written with value 1
 
 
+def test_a_thousand_class_names_make_lines_of_a_screen_not_pages(tmp_path, caplog):
+    """Hostile pass H: 1000 classes gave a warning of 7,201 characters and a "wrote" line of 9,153,
+    each naming every class."""
+    png = torchvision.io.encode_png(_image(3, size=8)).numpy().tobytes()
+    for split in ("train", "test"):
+        for i in range(1000):
+            (tmp_path / "imgs" / split / f"c{i:04d}").mkdir(parents=True)
+            (tmp_path / "imgs" / split / f"c{i:04d}" / "0.png").write_bytes(png)
+    caplog.set_level(logging.INFO)
+    prepared.prepare(str(tmp_path / "imgs"), tmp_path / "ds.pt", tmp_path / "cache")
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("ampbench")]
+    assert lines and max(len(line) for line in lines) < 600, [len(line) for line in lines]
+    said = "\n".join(lines)
+    assert "holds 1000 classes, not CIFAR-10's 10: c0000, c0001," in said and "... and 980 more" in said
+    assert prepared.load_dataset(tmp_path / "ds.pt")["classes"][-1] == "c0999"  # all kept
+
+
 def test_corrupt_cifar_batch_is_not_unpickled(cifar_dir, tmp_path):
     root = cifar_dir[0]
     marker = tmp_path / "pwned"

@@ -73,9 +73,19 @@ def _warn_class_count(root: Path, classes) -> None:
             root,
             len(classes),
             len(CIFAR10_CLASSES),
-            ", ".join(classes),
+            named(classes),
             len(classes),
         )
+
+
+NAMED_CLASSES = 20  # in a line: a data set of 1000 classes made lines of 7,000-9,000 characters
+
+
+def named(classes) -> str:
+    """The class names, the first NAMED_CLASSES of them in a line that says how many more."""
+    classes = [str(c) for c in classes]
+    more = len(classes) - NAMED_CLASSES
+    return ", ".join(classes[:NAMED_CLASSES]) + (f", ... and {more:,} more" if more > 0 else "")
 
 
 def load_cifar_python(root: Path) -> dict:
@@ -215,7 +225,7 @@ def prepare(
         "classes": ds["classes"],
         "format": fmt,
     }
-    log.info("wrote %s: %s", out_file, summary)
+    log.info("wrote %s: %s", out_file, {**summary, "classes": f"[{named(ds['classes'])}]"})
     return summary
 
 
