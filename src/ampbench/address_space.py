@@ -42,6 +42,18 @@ def below_floor() -> str | None:
     )
 
 
+def _importing(err: BaseException) -> bool:
+    """Whether err was raised while a module was being imported: a module's own code (a frame named
+    <module>) below the frame that caught it (importlib leaves its own frames out)."""
+    tb = err.__traceback__
+    tb = tb and tb.tb_next
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "<module>":
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def out_of_memory(err: BaseException) -> str | None:
     """One line for a library that could not be loaded for want of memory (the loader failed to
     map a shared object, a MemoryError, ENOMEM) anywhere in err's chain, else None."""
@@ -55,7 +67,15 @@ def out_of_memory(err: BaseException) -> str | None:
         return None
     soft = _limit()
     limit = "this machine" if soft is None else f"the address-space limit (ulimit -v {soft // 1024} KiB)"
-    return (
-        f"not enough memory to load the libraries this command needs ({type(errors[-1]).__name__}: "
-        f"{' '.join(str(errors[-1]).split())[:120]}): {limit} {FIX}"
-    )
+    what = f"{type(errors[-1]).__name__}: {' '.join(str(errors[-1]).split())[:120]}"
+    if not any(
+        isinstance(e, ImportError) or "failed to map segment" in str(e) or _importing(e) for e in errors
+    ):
+        # the work's own memory, not the libraries' (hostile pass H: decoded images at
+        # data.image_size 4096, said to be "the libraries this command needs")
+        return (
+            f"not enough memory for this command's work ({what}): {limit} cannot hold it; make the "
+            "work smaller (data.image_size, train.batch_size, the model) or give it more memory "
+            "(`ulimit -v unlimited`, another machine), then run it again"
+        )
+    return f"not enough memory to load the libraries this command needs ({what}): {limit} {FIX}"

@@ -74,3 +74,26 @@ def test_a_library_that_does_not_fit_after_torch_is_one_line_at_the_start(projec
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "not enough memory to load the libraries this command needs" in lines[0], lines[0]
     assert "failed to map segment" in lines[0] and "compare" not in proc.stdout, lines[0]
+
+
+def test_memory_the_work_runs_out_of_is_not_blamed_on_the_libraries(tmp_path, monkeypatch):
+    """Hostile pass H WARN: decoded images at data.image_size 4096 under `ulimit -v` were said to
+    be "not enough memory to load the libraries", with no word of the work's size."""
+    from ampbench import address_space
+
+    def decode():
+        raise MemoryError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 13 GB")
+
+    try:
+        decode()
+    except MemoryError as err:
+        work = address_space.out_of_memory(err)
+    assert work.startswith("not enough memory for this command's work (MemoryError: DefaultCPUAllocator")
+    assert "data.image_size, train.batch_size, the model" in work
+    (tmp_path / "big_library.py").write_text("raise MemoryError()\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import big_library  # noqa: F401
+    except MemoryError as err:
+        loading = address_space.out_of_memory(err)
+    assert loading.startswith("not enough memory to load the libraries this command needs"), loading
