@@ -74,3 +74,19 @@ def fails_at_real_batch(num_classes: int, error: type[Exception] = RuntimeError)
 def value_error_at_real_batch(num_classes: int) -> nn.Module:
     """As fails_at_real_batch, with a ValueError (an error ampbench also raises for its own faults)."""
     return fails_at_real_batch(num_classes, ValueError)
+
+
+def aux_heads_when_training(num_classes: int) -> nn.Module:
+    """Logits when evaluating, (logits, auxiliary logits) when training: torchvision's googlenet and
+    inception_v3 with their aux_logits on."""
+
+    class WithAux(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_model(num_classes)
+
+        def forward(self, images):
+            logits = self.net(images)
+            return (logits, logits) if self.training else logits
+
+    return WithAux()

@@ -35,7 +35,7 @@ def test_an_estimate_before_the_users_data_is_prepared_says_what_it_counted(tmp_
     project = new_project(tmp_path / "p", per_class=6, store=False)
     monkeypatch.chdir(project)
     monkeypatch.setattr(progress, "preflight", lambda *a, **k: {"study_seconds": 40_000.0})
-    args = SimpleNamespace(params="params.yaml", force=False)
+    args = SimpleNamespace(params="params.yaml", force=False, overrides=[])
     estimate.main(config.load_config("params.yaml", ["data.url=/elsewhere/mine.tar.gz"]), args, [])
     assert "Your data set (data.url) is not prepared yet: this counts CIFAR-10's" in capsys.readouterr().out
     estimate.main(config.load_config("params.yaml", [f"data.url={CIFAR10_URL}"]), args, [])

@@ -31,6 +31,9 @@ def test_a_deleted_variant_run_is_named_with_restore_and_fresh(tmp_path, monkeyp
     assert said.startswith("single-fp32: the variant's " + _deleted_line(first, tracker.uri)), said
     assert f"mlflow runs restore --run-id {first}`" in said
     assert "`ampbench train --parallel single --precision fp32 --fresh`" in said
+    with pytest.raises(TrackingError) as refused:  # the stage's own command, its --set kept
+        train_runs.variant_run(tracker, work, "single-fp32", cfg, again="ampbench train --set x=1 --fresh")
+    assert "afresh (`ampbench train --set x=1 --fresh`; its kept work is discarded)" in str(refused.value)
     tracker.client.restore_run(first)  # the fix it names
     assert train_runs.variant_run(tracker, work, "single-fp32", cfg) == first
     tracker.client.delete_run(first)  # the other fix: a new run
@@ -79,3 +82,15 @@ def test_a_store_outage_names_the_command_that_sends_the_kept_model(tmp_path, mo
         train_runs.close_seed_run(stage, _saved(run_id), tmp_path / "model.pt")
     same = "re-run the same command without --fresh;" if fresh else "re-run the same command;"
     assert same in str(failed.value), failed.value
+
+
+def test_the_fresh_command_is_the_stages_own_with_its_settings():
+    """Hostile pass J: the deleted-run line offered `ampbench train --parallel single --precision
+    fp32 --fresh`, which trained params.yaml's settings, not the user's `--set` ones."""
+    from ampbench.checkpoints.work import fresh_command
+
+    argv = ["train", "--parallel", "single", "--precision", "fp32", "--set", "train.seeds=[0]"]
+    assert fresh_command(argv) == (
+        "ampbench train --parallel single --precision fp32 --set 'train.seeds=[0]' --fresh"
+    )
+    assert fresh_command([*argv, "--fresh"]) == fresh_command(argv)  # once

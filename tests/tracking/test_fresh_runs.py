@@ -18,7 +18,12 @@ def _stage_and_job(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     tracker = Tracker("fresh")
     stage = types.SimpleNamespace(
-        tracker=tracker, variant_run_id=None, data_digest="ab" * 20, data_source="/data.tar.gz"
+        tracker=tracker,
+        variant_run_id=None,
+        data_digest="ab" * 20,
+        data_source="/data.tar.gz",
+        fresh=False,
+        fresh_command=None,
     )
     cfg = config.load_config(REPO / "params.yaml")
     ckpt = tmp_path / "work" / "seed-0" / "checkpoint.pt"

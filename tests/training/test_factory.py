@@ -105,6 +105,28 @@ def test_class_count_mismatch_names_the_model_and_the_data():
         factory.build(ModelConfig(name="custom_net:wrong_class_count"), 10)
 
 
+def test_a_model_with_more_outputs_when_training_is_named_before_any_step():
+    """Hostile pass J: torchvision:googlenet (and a model of one's own returning a tuple only in
+    training mode) passed the eval-mode check, then failed at the first step with a 65-line
+    traceback ("cross_entropy_loss(): argument 'input' ... must be Tensor, not GoogLeNetOutputs")."""
+    with pytest.raises(ConfigError, match=r"custom_net:aux_heads_when_training gives tuple in training mode"):
+        factory.build(ModelConfig(name="custom_net:aux_heads_when_training"), 10, image_size=20)
+    model = factory.build(ModelConfig(name="torchvision:googlenet"), 10, image_size=64)  # built without
+    x = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    assert model.train()(x).shape == (2, 10)  # its auxiliary heads: the loss takes what it gives
+
+
+def test_the_training_mode_check_leaves_the_model_and_the_seed_as_they_were():
+    torch.manual_seed(3)
+    model = factory.build(ModelConfig(name="torchvision:resnet18"), 5)  # batch norm: running statistics
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    fresh = factory.ImageInput(factory.resolve("torchvision:resnet18")(5), *factory.DEFAULT_STATS)
+    assert torch.equal(torch.rand(1), after)  # the checks drew nothing from the seed
+    for (key, value), (_, same) in zip(model.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(value, same), key  # the running statistics are untouched
+
+
 def test_image_size_a_model_cannot_take_is_named():
     with pytest.raises(
         ConfigError, match=r"custom_net:fixed_size cannot take 24x24 images \(data.image_size\)"

@@ -69,7 +69,7 @@ class _Progress:
     """A stage's progress that has a line to say after every step."""
 
     def __init__(self) -> None:
-        self.steps = self.reports = 0
+        self.steps = self.reports = self.epoch_reports = 0
 
     def start_seed(self, *args) -> None:
         pass
@@ -81,8 +81,8 @@ class _Progress:
     def report(self) -> None:
         self.reports += 1
 
-    def epoch_done(self, device) -> None:
-        pass
+    def epoch_done(self, device, say: bool = True) -> None:
+        self.epoch_reports += say
 
 
 def test_no_estimate_line_between_a_stop_notice_and_the_stop(tmp_path):
@@ -94,6 +94,23 @@ def test_no_estimate_line_between_a_stop_notice_and_the_stop(tmp_path):
     with pytest.raises(loop.Stopped, match="stopped at seed 0 epoch 1 step 2"):
         loop.train_seed(job)
     assert progress.reports == 1  # after step 1 only
+
+
+def test_no_epoch_end_estimate_after_a_stop_that_came_during_the_evaluation(tmp_path):
+    """Hostile pass I: "SIGTERM received", then "single-fp32, after its first epoch ...: this
+    stage needs about ...", then the stop's line: the signal came after the epoch's last stop
+    check, while the epoch was evaluated and saved."""
+    progress, asked = _Progress(), []
+
+    def stop() -> bool:  # 3 steps, 2 checks each: the 7th call is the first after epoch 1's last
+        asked.append(1)
+        return len(asked) > 6
+
+    job = _seed_job(tmp_path, stop)
+    job.progress = progress
+    with pytest.raises(loop.Stopped, match="stopped at seed 0 epoch 2 step 1"):
+        loop.train_seed(job)
+    assert progress.epoch_reports == 0
 
 
 def test_a_resume_is_said_by_the_main_process_only(tmp_path, caplog):

@@ -145,6 +145,17 @@ def test_preflight_estimates_the_study_and_points_at_the_demo(tmp_path: Path, ca
     assert ("make demo" in text) == (out["study_seconds"] > study_cost.LONG_ON_CPU_S)
 
 
+def test_the_estimate_counts_the_variants_a_commands_set_narrows_to(tmp_path: Path, capsys):
+    """Hostile pass J: `ampbench estimate --set variants.parallel=[single] --set
+    variants.precision=[fp32]` estimated all 9 variants (exit 0); the same in params.yaml: 1."""
+    params = tmp_path / "params.yaml"
+    params.write_text("variants:\n  parallel: [single, dp, ddp]\n  precision: [fp32, autocast]\n")
+    cfg = replace(Config(), model={"fc_dim": 32}, train={"batch_size": 16})
+    narrowed = ["variants.parallel=[single]", "variants.precision=[fp32]"]
+    out = study_cost.preflight(cfg, params, probe_batch=4, force=True, overrides=narrowed)
+    assert "1 variants x 3 seeds" in capsys.readouterr().out and set(out["step_seconds"]) == {"fp32"}
+
+
 @pytest.mark.parametrize("scope", ["", "variant"])
 def test_a_single_variant_run_estimates_no_study(tmp_path: Path, monkeypatch, caplog, scope: str):
     """`ampbench variant` (`mlflow run`) trains one variant: its estimate names no "whole study"."""

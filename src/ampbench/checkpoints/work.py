@@ -234,6 +234,13 @@ def resume_hint(argv: list[str]) -> str:
     return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"
 
 
+def fresh_command(argv: list[str]) -> str:
+    """The exact command that trains the stage's variant from the start: its own, with --fresh
+    (hostile pass J: `ampbench train --parallel X --precision Y --fresh`, without the user's --set,
+    trained params.yaml's settings instead)."""
+    return shlex.join(["ampbench", *(a for a in argv if a != "--fresh"), "--fresh"])
+
+
 def restore(trainer, resume: SeedCheckpoint, path: Path) -> None:
     """The checkpoint's state into this trainer; one of other shapes (the model's code changed
     since it was written: the configuration digest cannot see that) is one line, not a traceback."""

@@ -24,7 +24,11 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     sizes = prepared_sizes(cfg) or source_count.image_counts(
         cfg.data.url, cfg.data.train_per_class, cfg.data.test_per_class
     )
-    estimated = progress.preflight(cfg, args.params, force=args.force, sizes=sizes)
+    from ampbench.cli import all_overrides
+
+    # the variants as the command narrows them (hostile pass J: `--set variants.*` ignored)
+    overrides = all_overrides(args)
+    estimated = progress.preflight(cfg, args.params, force=args.force, sizes=sizes, overrides=overrides)
     if estimated and sizes is None and cfg.data.url != CIFAR10_URL:
         # hostile pass G: "about 11 h" for a study of 300 images (4 min), without a word
         print(

@@ -28,6 +28,7 @@ from ampbench.paths import missing
 from ampbench.report import mixed
 from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs, store
+from ampbench.tracking.metric_names import class_keys
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
 
@@ -102,7 +103,7 @@ def scores(labels, preds, classes: list[str]) -> tuple[dict, list[list[int]], di
         "recall_macro": report["macro avg"]["recall"],
         "f1_macro": report["macro avg"]["f1-score"],
     }
-    for i, name in enumerate(classes):
+    for i, name in enumerate(class_keys(classes)):
         metrics[f"class_accuracy_{name}"] = cm[i, i] / max(1, cm[i].sum())
     return metrics, cm.tolist(), report
 

@@ -54,10 +54,14 @@ def train_variant(
     stop=None,
     work_dir: Path = Path("checkpoints"),
     before_publish=None,
+    command: list[str] | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> list[Trained]:
     """Train every seed of one variant; return each seed's result (rank 0; others get []).
 
-    ``before_publish`` (rank 0, once every seed is done): a last check that may refuse to publish."""
+    ``before_publish`` (rank 0, once every seed is done): a last check that may refuse to publish.
+    ``command``: the stage's own arguments (what a fix that starts afresh repeats, with --fresh);
+    ``overrides``: its --set (variants.* narrow the study its estimates count)."""
     clock = StageClock()  # where the stage's seconds go: time/* on the variant run
     variant = variant_name(parallel_name, precision_name)
     strategy = parallel.make(parallel_name, cfg.train.collective_timeout_s)
@@ -79,14 +83,21 @@ def train_variant(
         if strategy.is_main:
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
+            again = work_folder.fresh_command(command) if command else None
             stage = train_runs.Stage(
-                tracker, train_runs.variant_run(tracker, work, variant, cfg, fresh), data_file, cfg, fresh
+                tracker,
+                train_runs.variant_run(tracker, work, variant, cfg, fresh, again),
+                data_file,
+                cfg,
+                fresh,
             )
+            stage.fresh_command = again
             log.debug("%s: MLflow runs at %s", variant, tracker.link())  # compare prints it, last
         clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         seeds = _SeedPlan(cfg, precision_name, strategy, dataset, work, stop, fresh)
         seeds.extra = {"per_process_batch": per_process, **tf32}
         seeds.before_publish = before_publish or (lambda: None)
+        seeds.overrides = overrides
         results = _train_seeds(seeds, variant, stage, clock, models_dir, work_dir)
         return results if strategy.is_main else []
     finally:
@@ -104,6 +115,7 @@ class _SeedPlan:
             dataset,
         )
         self.work, self.stop, self.fresh, self.extra = work, stop or (lambda: False), fresh, {}
+        self.overrides: list[str] | tuple[str, ...] = ()  # the command's --set
 
     def job(self, seed: int, prog) -> loop.Job:
         ckpt = self.work / f"seed-{seed}" / "checkpoint.pt"
@@ -118,7 +130,7 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
     monitor = train_runs.system_metrics(stage, stage.variant_run_id) if stage else None
     try:
         results = []
-        prog = progress.for_stage(cfg, variant, plan.dataset, strategy, models_dir, work_dir)
+        prog = progress.for_stage(cfg, variant, plan.dataset, strategy, models_dir, work_dir, plan.overrides)
         for seed in cfg.train.seeds:
             results.append(_train_one(plan.job(seed, prog), variant, stage, plan.extra, plan.fresh))
             clock.mark("seeds")

@@ -102,6 +102,8 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
                 stop,
                 work.parent,
                 watch.check,
+                argv,
+                all_overrides(args),
             )
         except loop.Stopped as stopped:
             if int(os.environ.get("RANK", "0")) == 0:

@@ -7,6 +7,8 @@ Metric names carry a section before the last ``/`` (``test/accuracy``, ``train/l
 
 from __future__ import annotations
 
+import re
+
 # Flat keys of the training core and evaluation -> sectioned MLflow names.
 _NAMES = {
     "train_loss": "train/loss",
@@ -43,6 +45,17 @@ _NAMES = {
     "skipped_steps": "amp/skipped_steps",
     "nonfinite_losses": "amp/nonfinite_losses",
 }
+
+
+def class_keys(classes: list[str]) -> list[str]:
+    """Each class's name as an MLflow metric name takes it: characters MLflow refuses (anything but
+    letters, digits, _ - . and spaces) as _, and one made the same as an earlier one numbered
+    (hostile pass J: a class "cat (wild)" failed every evaluate, the store blamed)."""
+    keys: list[str] = []
+    for i, name in enumerate(classes):
+        key = re.sub(r"[^\w.\- ]", "_", str(name)).strip(" .") or f"class {i}"
+        keys.append(key if key not in keys else f"{key}_{i}")
+    return keys
 
 
 def metric_name(key: str) -> str:

@@ -71,6 +71,7 @@ class Stage:
     ) -> None:
         self.tracker, self.variant_run_id = tracker, variant_run_id
         self.fresh = fresh  # `--fresh`: its re-run would train the finished seeds again
+        self.fresh_command: str | None = None  # the stage's own command with --fresh, where known
         self.data_digest = prepared.file_digest(data_file)
         self.data_source = cfg.data.url
         self.system_metrics = cfg.tracking.system_metrics == "always" or (
@@ -92,7 +93,9 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config, fresh: bool = False) -> str:
+def variant_run(
+    tracker: Tracker, work: Path, variant: str, cfg: Config, fresh: bool = False, again: str | None = None
+) -> str:
     """The variant's MLflow run: the one an interrupted stage started, else a new one; under
     ``--fresh`` a new one, as each seed's (hostile pass E: the old and the new seed run of a seed
     side by side under one variant run)."""
@@ -101,7 +104,7 @@ def variant_run(tracker: Tracker, work: Path, variant: str, cfg: Config, fresh: 
     if known and status == "RUNNING" and fresh:  # left by a kill -9: not RUNNING for ever
         tracker.end(known["run_id"], "KILLED")
     if known and known.get("config_digest") == digest and not fresh:  # hostile pass H: one silently
-        trash.refuse_deleted(tracker, known["run_id"], "the variant's", variant)  # replaced
+        trash.refuse_deleted(tracker, known["run_id"], "the variant's", variant, again)  # replaced
     if known and status and not fresh:
         tracker.resume(known["run_id"])
         return known["run_id"]
@@ -171,7 +174,7 @@ def open_seed_run(
     checkpoint may hold the epoch a kill came after)."""
     run_id = resume.run_id if resume else seed_run(stage, job, variant, digest, extra, fresh)
     if resume:
-        trash.refuse_deleted(stage.tracker, run_id, f"seed {job.seed}'s", variant)
+        trash.refuse_deleted(stage.tracker, run_id, f"seed {job.seed}'s", variant, stage.fresh_command)
         stage.tracker.resume(run_id)
     log.debug("seed %d: MLflow run %s (%s)", job.seed, run_id, stage.tracker.uri)
     held = held_epochs(stage.tracker, run_id)
@@ -206,7 +209,7 @@ def close_seed_run(stage: Stage, saved: ModelFile, final: Path) -> None:
     tracker, run_id, result = stage.tracker, saved.run_id, saved.result
     if tracker.status(run_id) == "FINISHED":
         return
-    trash.refuse_deleted(tracker, run_id, f"seed {saved.seed}'s", saved.variant)
+    trash.refuse_deleted(tracker, run_id, f"seed {saved.seed}'s", saved.variant, stage.fresh_command)
     held = held_epochs(tracker, run_id) if saved.pending_metrics else set()
     pending = [p for p in saved.pending_metrics or [] if p[0] not in held]
     hooks = EpochHooks(tracker, run_id, pending, background=False)

@@ -24,11 +24,14 @@ def restore_command(tracker, run_id: str) -> str:
     return f"`MLFLOW_TRACKING_URI={tracker.uri} mlflow runs restore --run-id {run_id}`"
 
 
-def refuse_deleted(tracker, run_id: str, whose: str, variant: str) -> None:
-    """Raise TrackingError where ``run_id`` (``whose``: "seed 0's", "the variant's") is deleted."""
+def refuse_deleted(tracker, run_id: str, whose: str, variant: str, again: str | None = None) -> None:
+    """Raise TrackingError where ``run_id`` (``whose``: "seed 0's", "the variant's") is deleted;
+    ``again``: the stage's own command with --fresh (else one built from the variant)."""
     if tracker.status(run_id) is None and deleted(tracker, run_id):
         parallel_name, _, precision_name = variant.partition("-")
-        fresh = f"`ampbench train --parallel {parallel_name} --precision {precision_name} --fresh`"
+        fresh = (
+            f"`{again or f'ampbench train --parallel {parallel_name} --precision {precision_name} --fresh'}`"
+        )
         raise TrackingError(
             f"{variant}: {whose} MLflow run {run_id} is deleted in store {tracker.uri} (in its trash), "
             f"so this stage cannot go on with it: restore it ({restore_command(tracker, run_id)}) and "

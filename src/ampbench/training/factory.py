@@ -97,6 +97,7 @@ def _network(factory: Callable[[int], nn.Module], name: str, num_classes: int) -
 # "Output size is too small", "Kernel size can't be greater than actual input size"): only these
 # blame the image size (hostile re-run: a forward's own RuntimeError was blamed on it).
 SHAPE_WORDS = ("shape", "size", "dimension")
+AUXILIARY_HEADS = ("googlenet", "inception_v3")  # torchvision's with aux_logits
 
 
 def _forward_fault(name: str, image_size: int, err: BaseException) -> str:
@@ -133,6 +134,29 @@ def check_outputs(model: nn.Module, name: str, num_classes: int, image_size: int
         raise ConfigError(
             f"model.name: {name} gives {shape} for 2 images, not (2, {num_classes}): the data set "
             f"(data.url) has {num_classes} classes; the model must return one logit per class"
+        )
+    _check_training_output(model, name, image_size)
+
+
+def _check_training_output(model: nn.Module, name: str, image_size: int) -> None:
+    """The same forward in training mode, on a copy (its batch statistics and dropout draws leave
+    the model and the seeds as they were): a model that returns more than its logits only when
+    training (auxiliary heads) failed at the first step with a 65-line traceback (hostile pass J)."""
+    import copy
+
+    probe = copy.deepcopy(model).train()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = probe(torch.zeros(2, 3, image_size, image_size, dtype=torch.uint8))
+    except Stopped:
+        raise
+    except Exception as err:  # noqa: BLE001 - a fault of the user's forward in training mode
+        raise ConfigError(_forward_fault(name, image_size, err)) from err
+    if not isinstance(out, torch.Tensor):
+        raise ConfigError(
+            f"model.name: {name} gives {type(out).__name__} in training mode (a tensor when evaluating): "
+            "the loss takes the logits alone in both modes; return only them (a model with auxiliary "
+            "heads: build it without them, e.g. aux_logits=False, in a factory of your own)"
         )
 
 
@@ -196,7 +220,9 @@ def _torchvision(arch: str) -> Callable[[int], nn.Module]:
         raise _unknown(f"{TORCHVISION}{arch}", "not a torchvision classification model")
 
     def make(num_classes: int) -> nn.Module:
-        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+        # without auxiliary heads: they add outputs in training mode, which the loss cannot take
+        heads = {"aux_logits": False, "init_weights": True} if arch in AUXILIARY_HEADS else {}
+        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **heads)
 
     return make
 

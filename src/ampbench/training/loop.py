@@ -225,8 +225,8 @@ class SeedTraining:
         last = epoch + 1 == t.epochs or diverged  # train.py writes model.pt next
         if not last and (save_due or not t.checkpoint_every_s):  # 0: always
             self.save(epoch + 1, 0, None)
-        if self.job.progress:
-            self.job.progress.epoch_done(self.device)
+        if self.job.progress:  # no estimate once a stop came (during the evaluation, say)
+            self.job.progress.epoch_done(self.device, say=not self.job.stop_requested())
         return diverged
 
     def save_due(self) -> bool:

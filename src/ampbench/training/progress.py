@@ -56,12 +56,14 @@ class StageProgress:
         models_dir: Path = Path("models"),
         work_dir: Path = Path("checkpoints"),
         params_file: str | Path = "params.yaml",
+        overrides: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.cfg, self.variant, self.spe, self.n_test = cfg, variant, steps_per_epoch, n_test
         self.device_type, self.enabled = device_type, enabled
         self.seeds = list(cfg.train.seeds)
         self.warmup_steps, self.min_timed_s, self.min_timed_steps = warmup_steps, min_timed_s, min_timed_steps
-        self.models_dir, self.work_dir, self.params_file = models_dir, work_dir, params_file
+        self.models_dir, self.work_dir = models_dir, work_dir
+        self.variants = study_variants(params_file, overrides)  # the command's --set narrows them too
         self.per_seed = cfg.train.epochs * steps_per_epoch
         self.created = time.perf_counter()
         self.startup_s = process_seconds()  # imports, data loading, tracking preflight
@@ -131,16 +133,17 @@ class StageProgress:
                 return True
         return False
 
-    def epoch_done(self, device: torch.device | None = None) -> None:
+    def epoch_done(self, device: torch.device | None = None, say: bool = True) -> None:
         """An epoch ended (after evaluation and checkpoint). After the first one this process
-        trained, the estimate is made again from how long its steps and its evaluation took."""
+        trained, the estimate is made again from how long its steps and its evaluation took, and
+        said unless ``say`` is False (a stop is under way: its lines come next)."""
         now = time.perf_counter()
         measure = self._epochs_timed < self._epochs_to_time and self._epoch_steps
         if measure:
             self._measure_epoch(now)
         self.epoch, self.step_in_epoch, self._epoch_steps = self.epoch + 1, 0, 0
         self._epoch_t0 = now
-        if measure and self.stage_left_s() > 0:  # what is left from the next epoch on
+        if measure and say and self.stage_left_s() > 0:  # what is left from the next epoch on
             self.report(corrected=self.estimate is not None)
 
     def _measure_epoch(self, now: float) -> None:
@@ -183,9 +186,7 @@ class StageProgress:
     def study_left_s(self, stage_left: float) -> tuple[float, int]:
         """Seconds the rest of the study needs after this stage, and how many variants it counts."""
         cfg, total, others = self.cfg, 0.0, 0
-        for variant in study_variants(self.params_file):
-            if variant == self.variant:
-                continue
+        for variant in (v for v in self.variants if v != self.variant):
             steps = sum(
                 remaining_seed_steps(cfg, variant, s, self.spe, self.n_test, self.models_dir, self.work_dir)
                 for s in self.seeds
@@ -195,8 +196,7 @@ class StageProgress:
                 total += steps * self._step() + len(self.seeds) * (self.seed_setup_s or 0.0)
                 total += self.startup_s  # the stage's own start: imports, data, tracking
         # evaluate (startup + one test pass per seed) and compare stages of every variant
-        n_variants = len(study_variants(self.params_file))
-        test_pass = self._one_eval_s()
+        n_variants, test_pass = len(self.variants), self._one_eval_s()
         per_eval = self.startup_s + len(self.seeds) * test_pass
         return total + n_variants * per_eval + self.startup_s, others
 
@@ -251,7 +251,7 @@ class StageProgress:
             stage,
             fmt_duration(stage_left + study_left),
             others,
-            len(study_variants(self.params_file)),
+            len(self.variants),
         )
         if hint := long_on_cpu_hint(self.device_type, self.variant, stage_left + study_left):
             log.warning("%s", hint)
@@ -280,7 +280,7 @@ class StageProgress:
 
 
 def for_stage(
-    cfg: Config, variant: str, dataset: dict, strategy, models_dir: Path, work_dir: Path
+    cfg: Config, variant: str, dataset: dict, strategy, models_dir: Path, work_dir: Path, overrides=()
 ) -> StageProgress:
     """The StageProgress of one train stage (what train.train_variant builds before its seeds)."""
     steps_per_epoch = len(dataset["train_labels"]) // cfg.train.batch_size
@@ -296,4 +296,5 @@ def for_stage(
         warmup_steps=warmup,
         models_dir=models_dir,
         work_dir=work_dir,
+        overrides=overrides,
     )

@@ -165,6 +165,7 @@ def preflight(
     probe_batch: int = 8,
     force: bool = False,
     sizes: tuple[int, int] | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> dict | None:
     """Estimate the whole study on this CPU from a few timed steps; None when CUDA is present."""
     if torch.cuda.is_available() and not force:
@@ -180,7 +181,7 @@ def preflight(
             "train.batch_size or raise data.train_per_class"
         )
     spe = n_train // batch
-    variants = study_variants(params_file)
+    variants = study_variants(params_file, overrides)
     seeds = len(cfg.train.seeds)
     per_image: dict[str, float] = {}
     for name in sorted({v.split("-", 1)[1] for v in variants}, key=PRECISIONS.index):
