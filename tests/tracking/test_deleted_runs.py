@@ -94,3 +94,18 @@ def test_the_fresh_command_is_the_stages_own_with_its_settings():
         "ampbench train --parallel single --precision fp32 --set 'train.seeds=[0]' --fresh"
     )
     assert fresh_command([*argv, "--fresh"]) == fresh_command(argv)  # once
+
+
+def test_a_changed_configs_fresh_fix_keeps_the_stages_settings_too():
+    """Hostile pass L: "Resuming would mix two experiments ... start over: `ampbench train --parallel
+    single --precision fp32 --fresh`", run as printed, trained params.yaml's settings; so did the
+    "does not fit this model" line's."""
+    from ampbench.checkpoints import work
+
+    argv = ["train", "--parallel", "single", "--precision", "fp32", "--set", "train.epochs=4"]
+    bare = "`ampbench train --parallel single --precision fp32 --fresh`"
+    assert work._fresh_command("single-fp32") == bare  # noqa: SLF001 - outside a stage
+    with work.stage_command(argv):
+        said = work._fresh_command("single-fp32")  # noqa: SLF001 - what both lines print
+    assert said == "`ampbench train --parallel single --precision fp32 --set train.epochs=4 --fresh`"
+    assert work._fresh_command("single-fp32") == bare  # noqa: SLF001 - put back after the stage

@@ -328,3 +328,42 @@ def test_a_database_store_without_its_driver_is_one_line(uri):
         line = str(store.store_fault(err, uri))
     assert line.startswith(f"MLflow store {uri} needs the database driver 'psycopg', which is not installed")
     assert store.store_fault(ModuleNotFoundError("x", name="x"), "sqlite:///mlflow.db") is None
+
+
+@pytest.mark.parametrize("code", [401, 403])
+def test_a_server_that_asks_for_a_login_is_told_with_the_variables_that_give_one(code):
+    """Hostile pass L: a tracking server behind basic-auth (RELIABILITY's own advice for an exposed
+    UI) answered 401, and the line said "see the server's log; then re-run the same command",
+    which fails the same way every time."""
+    import http.server
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from ampbench.tracking import faults
+
+    class Login(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = b"You are not authenticated. Please see the documentation on authentication."
+            self.send_response(code)
+            self.send_header("WWW-Authenticate", 'Basic realm="mlflow"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Login)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with pytest.raises(Exception) as err:
+            MlflowClient(tracking_uri=uri).search_experiments()
+    finally:
+        httpd.shutdown()
+    line = faults.describe(err.value, uri, None)
+    assert line.startswith(f"MLflow tracking server {uri} refused this user (error code {code}"), line
+    assert "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)" in line

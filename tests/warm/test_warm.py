@@ -258,16 +258,20 @@ def test_a_signal_at_the_stages_first_instant_is_not_lost(command, tmp_path, sig
         assert proc.wait(60) in statuses, f"attempt {attempt}"
 
 
+def _training(held: Command, tmp_path: Path) -> tuple[Path, subprocess.Popen, int]:
+    """A long train stage of `held`'s server, past its first checkpoint: project, client, stage."""
+    project = long_project(tmp_path / "p", epochs=50)
+    proc, stage = held.start(project, log=project / "train.log")
+    wait_for_checkpoint(proc, project / "checkpoints/single-fp32/seed-0/checkpoint.pt", project / "train.log")
+    return project, proc, stage
+
+
 def test_a_sigterm_to_the_whole_job_stops_the_stage_once(tmp_path):
     """systemctl stop / scancel: SIGTERM to the client, the server and the stage at once. The stage
     saves and says how to resume, as a plain one would; the server goes on serving nobody new."""
     held = Command()
     try:
-        project = long_project(tmp_path / "p", epochs=50)
-        proc, stage = held.start(project, log=project / "train.log")
-        wait_for_checkpoint(
-            proc, project / "checkpoints/single-fp32/seed-0/checkpoint.pt", project / "train.log"
-        )
+        project, proc, stage = _training(held, tmp_path)
         for pid in (proc.pid, held.server, stage):
             os.kill(pid, signal.SIGTERM)
         assert proc.wait(120) == 143, (project / "train.log").read_text()[-3000:]
@@ -314,3 +318,23 @@ def test_mlflow_request_limits_set_by_a_stage_are_no_reason_to_refuse_its_helper
         {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
     )
     assert context.differences(stage, server) == []
+
+
+def test_a_server_killed_outright_stops_its_stage_as_sigterm_does(tmp_path):
+    """Hostile pass K: kill -9 of the warm server mid-stage SIGKILLed the stage: its seed and
+    variant runs stayed RUNNING, and the client's one line said neither what was kept nor what to
+    run. Now the stage gets a SIGTERM: it saves, ends its runs KILLED, and the client says so."""
+    from conftest import runs
+
+    held = Command()
+    try:
+        project, proc, stage = _training(held, tmp_path)
+        os.kill(held.server, signal.SIGKILL)
+        assert proc.wait(120) == 128 + signal.SIGTERM
+        said = (project / "train.log").read_text()
+        assert "checkpoint saved" in said and "To resume" in said, said[-3000:]
+        assert f"the warm server ended while process {stage} ran this stage, which was stopped" in said
+        assert not alive(stage)
+        assert {r.info.status for r in runs(project)} == {"KILLED"}
+    finally:
+        held.end()

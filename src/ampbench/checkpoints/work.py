@@ -17,6 +17,7 @@ The strategy given to ``load_resume`` is the training's parallel strategy (its `
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -75,8 +76,26 @@ def _foreign(
     )
 
 
+_stage_argv: list[str] = []  # the train stage's own arguments, within stage_command()
+
+
+@contextlib.contextmanager
+def stage_command(argv: list[str]):
+    """Within: the train stage's own arguments, which a fix that starts afresh repeats with its
+    --params and --set (hostile pass L: "`ampbench train --parallel X --precision Y --fresh`",
+    run as printed, trained params.yaml's settings, not the user's)."""
+    global _stage_argv
+    before, _stage_argv = _stage_argv, list(argv)
+    try:
+        yield
+    finally:
+        _stage_argv = before
+
+
 def _fresh_command(variant: str) -> str:
     """The command that trains `variant` from the start (what `make run` cannot be told)."""
+    if _stage_argv:
+        return f"`{fresh_command(_stage_argv)}`"
     parallel_name, _, precision_name = variant.partition("-")
     if not precision_name:  # a checkpoint written outside a stage names no variant
         return "`ampbench train ... --fresh`"

@@ -92,19 +92,20 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
 
     def run() -> int:
         try:
-            results = train.train_variant(
-                cfg,
-                args.parallel,
-                args.precision,
-                MODELS_DIR,
-                DATA_FILE,
-                args.fresh,
-                stop,
-                work.parent,
-                watch.check,
-                argv,
-                all_overrides(args),
-            )
+            with work_folder.stage_command(argv):  # what its fixes that start afresh repeat
+                results = train.train_variant(
+                    cfg,
+                    args.parallel,
+                    args.precision,
+                    MODELS_DIR,
+                    DATA_FILE,
+                    args.fresh,
+                    stop,
+                    work.parent,
+                    watch.check,
+                    argv,
+                    all_overrides(args),
+                )
         except loop.Stopped as stopped:
             if int(os.environ.get("RANK", "0")) == 0:
                 log.warning("%s. %s", _where(stopped, work), work_folder.resume_hint(argv))

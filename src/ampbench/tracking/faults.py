@@ -40,6 +40,8 @@ _SIGNS = (
     ("silent", ("read timed out", "timed out", "timeout"), "no answer in time"),
     ("dropped", ("connection aborted", "remotedisconnected", "connection reset", "remote end closed"), ""),
     ("unresolved", ("name or service not known", "name resolution", "nodename nor servname"), ""),
+    # a server that asks for a login (basic-auth): before "http", whose fix it would not be
+    ("login", ("error code 401", "error code 403"), ""),
     ("http", ("failed with error code",), ""),
     ("scheme", ("got unsupported uri", "could not find a registered"), ""),
     ("folder", ("filesystem tracking backend",), "MLflow's folder store is in maintenance mode"),
@@ -52,6 +54,11 @@ SCHEMES = (
 )
 
 FOLDER_STORE = "or MLFLOW_ALLOW_FILE_STORE=true"  # MLflow's folder store, in maintenance mode
+OTHER = "re-run; --debug (or AMPBENCH_DEBUG=1) shows the traceback"
+LOGIN = (
+    "it asks for a login; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+    "MLFLOW_TRACKING_TOKEN) to an account it knows"
+)
 
 
 def _from_store(err: BaseException) -> bool:
@@ -92,6 +99,8 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
             "--backend-store-uri ...`), or fix or unset MLFLOW_TRACKING_URI (unset: the repo's "
             f"mlflow.db); {rerun}"
         )
+    elif kind == "login":  # hostile pass L: "see the server's log", for a server that wants a login
+        text = f"MLflow tracking server {uri} refused this user ({reason}): {LOGIN}, {rerun}"
     elif kind == "http":
         text = f"MLflow tracking server {uri} failed a request ({reason}): see the server's log; {rerun}"
     elif kind == "corrupt" and db is None:
@@ -130,10 +139,7 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
     elif kind == "folder":  # final pass J: MLflow's text cut mid-word; file://: the folder may not exist
         text = f"MLflow store {uri} names a folder store ({reason}); {SCHEMES}, {FOLDER_STORE}"
     else:
-        text = (
-            f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and re-run; "
-            "--debug (or AMPBENCH_DEBUG=1) shows the traceback"
-        )
+        text = f"MLflow store {uri} failed ({reason}); check the store (or MLFLOW_TRACKING_URI) and {OTHER}"
     return text
 
 

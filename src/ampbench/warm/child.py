@@ -78,7 +78,9 @@ def fork(conn: socket.socket, request: dict, fds: list[int], server) -> int:
 
 def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> int:
     os.setpgid(0, 0)
-    die_with_parent(signal.SIGKILL)  # the server killed outright takes its stages along
+    # The server killed outright (kill -9, the OOM killer) stops its stages as a SIGTERM does: a
+    # train stage saves and ends its runs KILLED (hostile pass K: SIGKILL left them RUNNING).
+    die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # it died before that took effect
         return 1
     ignored = set(request.get("ignored", []))

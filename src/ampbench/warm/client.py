@@ -180,9 +180,14 @@ def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int],
         if watch_parent and os.getppid() != parent:
             parent = os.getppid()
             pass_on(signal.SIGTERM)
-    if not line:
-        print(f"ampbench: the warm server ended while process {child.pid} ran this stage", file=sys.stderr)
-        return 1
+    if not line:  # the server died: its stage got a SIGTERM (child.die_with_parent) and stops
+        _wait_gone(child.pid)
+        print(
+            f"ampbench: the warm server ended while process {child.pid} ran this stage, which was stopped "
+            "(what it saved is said above): run the same command again",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM
     status = json.loads(line)
     if "signal" in status:  # die the same way, so that the caller sees the same status
         for sig in (*PASSED_ON, signal.SIGTSTP):
@@ -190,6 +195,19 @@ def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int],
         os.kill(os.getpid(), status["signal"])
         return 128 + status["signal"]
     return int(status["exit"])
+
+
+def _wait_gone(pid: int, at_most_s: float = 300.0) -> None:
+    """Until process ``pid`` (the stage, not this process's child) has ended: a stop saves first."""
+    deadline = time.monotonic() + at_most_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                if stat.read().rpartition(")")[2].split()[0] == "Z":  # ended, not yet reaped
+                    return
+        except OSError:
+            return
+        time.sleep(0.1)
 
 
 def _greeted(sock: socket.socket, lines: _Lines, path: str) -> int | None:
