@@ -109,3 +109,23 @@ def test_a_changed_configs_fresh_fix_keeps_the_stages_settings_too():
         said = work._fresh_command("single-fp32")  # noqa: SLF001 - what both lines print
     assert said == "`ampbench train --parallel single --precision fp32 --set train.epochs=4 --fresh`"
     assert work._fresh_command("single-fp32") == bare  # noqa: SLF001 - put back after the stage
+
+
+def test_a_publish_refused_after_fresh_names_the_command_without_it():
+    """Hostile pass M: models/ read-only at publish under `--fresh`: "re-run the same command: the
+    models wait in checkpoints/ and are not trained again"; the same command, --fresh included,
+    trained every seed again. And "sudo chown" for a read-only filesystem, which changes nothing."""
+    import errno
+    from pathlib import Path
+
+    from ampbench.checkpoints import work
+
+    refused = OSError(errno.EROFS, "Read-only file system", "models/.single-fp32.publishing")
+    argv = ["train", "--parallel", "single", "--precision", "fp32", "--set", "train.epochs=2", "--fresh"]
+    with work.stage_command(argv):
+        said = work._publish_failed(refused, Path("checkpoints/single-fp32"), Path("models/single-fp32"))  # noqa: SLF001
+    assert said == (
+        "could not publish the trained models into models/single-fp32: its filesystem is read-only; "
+        "mount it writable, then re-run `ampbench train --parallel single --precision fp32 --set "
+        "train.epochs=2`: the models wait in checkpoints/single-fp32/ and are not trained again"
+    ), said

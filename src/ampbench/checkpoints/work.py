@@ -210,7 +210,15 @@ def publish(work: Path, out: Path, seeds) -> None:
 def _publish_failed(err: OSError, work: Path, out: Path) -> str:
     """The one line for a publish that failed: a full disk (models/ on another filesystem than
     checkpoints/, where models are copied, not linked) or a folder this user cannot replace."""
-    wait = f"then re-run the same command: the models wait in {work}/ and are not trained again"
+    # the command without --fresh, which would train them again (hostile pass M)
+    again = shlex.join(["ampbench", *(a for a in _stage_argv if a != "--fresh")]) if _stage_argv else ""
+    rerun = f"re-run `{again}`" if "--fresh" in _stage_argv else "re-run the same command"
+    wait = f"then {rerun}: the models wait in {work}/ and are not trained again"
+    if err.errno == errno.EROFS:  # no chown changes a read-only filesystem
+        return (
+            f"could not publish the trained models into {out}: its filesystem is read-only; mount it "
+            f"writable, {wait}"
+        )
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         free = shutil.disk_usage(out.parent).free if out.parent.is_dir() else 0
         return (
