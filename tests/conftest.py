@@ -506,9 +506,9 @@ def paced(line: str) -> bool:
 @pytest.fixture
 def handlers():
     """The stop signals' handlers put back after a test that installs a stage's own (StopFlag)."""
-    import signal
+    from ampbench.stages.stop import STOP_SIGNALS
 
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)

@@ -69,6 +69,17 @@ def test_a_stop_while_the_data_set_loads_is_a_stop_not_a_damaged_file(
         prepared.load_dataset(path)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2])
+def test_ctrl_backslash_and_a_batch_systems_user_signals_stop_as_sigterm_does(sig, handlers, monkeypatch):
+    """Hostile pass N: SIGUSR1 (SLURM's `--signal=USR1@60`, `timeout -s USR1`) and SIGQUIT (Ctrl-\\)
+    ended training with no line, no stop checkpoint, its runs left RUNNING."""
+    monkeypatch.delenv("RANK", raising=False)
+    flag = StopFlag()
+    flag()  # the loop is there: a stop waits for its step boundary
+    os.kill(os.getpid(), sig)
+    assert flag() and flag.signum == sig
+
+
 def test_an_inherited_ignore_of_sigint_is_kept(handlers, monkeypatch):
     """Hostile pass WARN: a script's background job (SIGINT ignored, as `cmd &` leaves it) dropped
     a Ctrl-C in its first second, then stopped on one once the stage had set its handler."""

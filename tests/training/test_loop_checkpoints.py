@@ -130,3 +130,18 @@ def test_a_resume_is_said_by_the_main_process_only(tmp_path, caplog):
     with pytest.raises(RuntimeError, match="crash"):
         loop.train_seed(job, resume=saved)
     assert not [r for r in caplog.records if "resuming seed" in r.getMessage() and r.levelno >= logging.INFO]
+
+
+def test_a_stopped_seed_the_list_no_longer_holds_is_refused_not_dropped(tmp_path):
+    """Hostile pass N: stopped in seed 1 of [0, 1], then `--set 'train.seeds=[0]'`: exit 0, and the
+    publish removed seed 1's checkpoint without a word."""
+    from ampbench.checkpoints import work
+
+    job = _seed_job(tmp_path, crash_at_step(2), checkpoint_every_s=1e-9)
+    job.checkpoint_path = tmp_path / "single-fp32" / "seed-1" / "checkpoint.pt"
+    with pytest.raises(RuntimeError, match="crash"):
+        loop.train_seed(job)
+    assert job.checkpoint_path.exists()
+    with pytest.raises(work.ResumeError, match=r"seed-1/checkpoint.pt was written by .* Resuming would mix"):
+        work.refuse_foreign(tmp_path / "single-fp32", [0], "another", "single-fp32", fresh=False)
+    work.refuse_foreign(tmp_path / "single-fp32", [0], "another", "single-fp32", fresh=True)  # discarded

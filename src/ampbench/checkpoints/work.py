@@ -123,11 +123,13 @@ def _changed(ckpt: Path, settings: dict | None) -> str:
 def refuse_foreign(
     work: Path, seeds, digest: str, variant: str, fresh: bool, settings: dict | None = None
 ) -> None:
-    """Before any run is created: a checkpoint of another configuration (or format) stops the stage."""
+    """Before any run is created: a checkpoint of another configuration (or format) stops the stage,
+    that of a seed the list no longer holds too (hostile pass N: train.seeds [0, 1] -> [0] after a
+    stop in seed 1: its checkpoint went with the publish, without a word)."""
     if fresh:
         return
-    for seed in seeds:
-        ckpt = work / f"seed-{seed}" / "checkpoint.pt"
+    listed = [work / f"seed-{seed}" / "checkpoint.pt" for seed in seeds]
+    for ckpt in dict.fromkeys([*listed, *sorted(work.glob("seed-*/checkpoint.pt"))]):
         if ckpt.exists() and not (state := SeedCheckpoint.load(ckpt)).matches(digest, variant):
             raise _foreign(ckpt, state, variant, digest, settings)
 

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
 MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"  # `mlflow run` sets it for its entry point's command
+# A stop too: Ctrl-\ (SIGQUIT), and SIGUSR1/2 (a batch system's warning, `scancel --signal`,
+# `timeout -s USR1`; hostile pass N: they ended training without a line, its runs left RUNNING)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class StopFlag:
@@ -47,7 +50,7 @@ class StopFlag:
         # of silence). A process of its own stops there and then; a DDP worker keeps to the flag,
         # as its peers must stop at the same step.
         self.asked = "RANK" in os.environ
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in STOP_SIGNALS:
             # An inherited ignore is kept: nohup's SIGHUP; a script's background job's SIGINT (hostile
             # pass WARN: a Ctrl-C was dropped in its first second, then stopped it from here on)
             if signal.getsignal(sig) is not signal.SIG_IGN:

@@ -19,7 +19,15 @@ import sys
 import tempfile
 import traceback
 
-HELD = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP}
+HELD = {
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGTSTP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+}
 _LIBC = ctypes.CDLL(None)  # loaded once in the server, not with dlopen in a forked child
 
 
@@ -84,7 +92,7 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     if os.getppid() != parent:  # it died before that took effect
         return 1
     ignored = set(request.get("ignored", []))
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP, signal.SIGINT):
+    for sig in (*HELD, signal.SIGINT):
         default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
         signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else default)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
