@@ -42,7 +42,8 @@ class Command:
         )
         self.folder = Path(self.proc.stdout.readline().decode().strip())
         deadline = time.monotonic() + 120
-        while not (self.folder / "socket").exists():
+        # the socket, then its "ready" line (CI: the socket came a moment before the line did)
+        while not ((self.folder / "socket").exists() and re.search(r"warm server \d+: ready", self.log())):
             assert time.monotonic() < deadline and self.proc.poll() is None, self.log()
             time.sleep(0.1)
         self.server = int(re.search(r"warm server (\d+): ready", self.log())[1])
