@@ -311,6 +311,23 @@ def test_a_file_rewritten_with_the_same_bytes_is_no_edit(tmp_path, monkeypatch):
     assert context.code_stamp() != before
 
 
+def test_a_train_stages_system_metrics_sampler_runs_in_a_fork_too(command, tmp_path):
+    """The 2026-12-07 H100 study took 429 s, not 335: the tracker sets
+    MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT in the stage, so the server refused every train stage's
+    system-metrics sampler (a process of its own, on by default on a GPU), which then imported
+    torch and MLflow anew while the stage waited for it: about 10 s a stage."""
+    project = new_project(tmp_path / "p", tracking={"system_metrics": "always"})
+    since = len(command.log())
+    proc = subprocess.run(
+        [PY, "-m", "ampbench", *TRAIN], cwd=project, env=command.env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = command.log()[since:]
+    assert re.search(r"pid \d+ runs `ampbench system-metrics ", log), log
+    assert "refused" not in log and "running here" not in proc.stderr, log
+    assert "system_metrics_monitor" not in proc.stderr  # MLflow's start and stop lines: noise
+
+
 def test_mlflow_request_limits_set_by_a_stage_are_no_reason_to_refuse_its_helpers():
     from ampbench.warm import context
 

@@ -284,6 +284,8 @@ def system_metrics_main(run_id: str, uri: str) -> int:
     """The sampler process: MLflow's monitor on `run_id` until stdin closes."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+    # its "Started monitoring" / "Stopping" / "Successfully terminated": 3 lines a stage of noise
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     # 1 s: a seed trains in seconds on a fast GPU, MLflow's default 10 s would record nothing.
     monitor = SystemMetricsMonitor(run_id, sampling_interval=1, resume_logging=True, tracking_uri=uri)
     monitor.start()

@@ -30,8 +30,10 @@ RUN_TIME_NAMES = frozenset(
         *("TORCH_NCCL_ASYNC_ERROR_HANDLING",),
         # MLflow reads these when used (`mlflow run` sets the run's); its logging ones at import
         *("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"),
-        # read per request; tracking.tracker sets them in a stage that then starts a helper process
+        # read when used; tracking.tracker sets them in a train stage, which then starts its
+        # system-metrics sampler: refused, it imported torch and MLflow anew, ~10 s a GPU stage
         *("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"),
+        *("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",),
     }
 )
 LIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
