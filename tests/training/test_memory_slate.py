@@ -9,10 +9,12 @@ device for the process, and the workspaces freed in the clean slate before each 
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import torch
+from torch import nn
 
-from ampbench.training import measure, step
+from ampbench.training import measure, parallel, step
 
 
 class _FakeStream:
@@ -56,3 +58,41 @@ def test_the_clean_slate_frees_cublas_workspaces_before_the_peak_is_reset(monkey
     calls.clear()
     measure.clean_slate(torch.device("cpu"))
     assert calls == []
+
+
+def test_ddp_is_built_warmed_up_and_captured_on_one_stream(monkeypatch):
+    """Every DDP stage of the 2026-12-07 H100 study printed torch's "The AccumulateGrad node's
+    stream does not match the stream of the node that produced the incoming gradient": DDP was
+    built on a stream of its own, warmed up on the step's side stream and captured on torch's
+    capture stream. DDP keeps each parameter's gradient accumulator, tied to the stream it was
+    made on, so all three must be one stream."""
+    monkeypatch.setattr(step, "_SIDE_STREAMS", {})
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    current = [_FakeStream()]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: current[-1])
+
+    @contextlib.contextmanager
+    def on(stream, **_):
+        current.append(stream)
+        yield
+        current.pop()
+
+    built: list = []
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, stream=None, **kw: on(stream))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", object)
+    monkeypatch.setattr(nn.parallel, "DistributedDataParallel", lambda m, **_: built.append(current[-1]) or m)
+    device = torch.device("cuda", 0)
+    strategy = parallel.Distributed.__new__(parallel.Distributed)
+    strategy.device = device
+    strategy.wrap(nn.Linear(2, 2))
+
+    ran: list = []
+    fake = step.Step.__new__(step.Step)
+    fake.use_graph, fake.device = True, device
+    fake.opt = SimpleNamespace(param_groups=[{"lr": torch.tensor(0.1)}])
+    fake._run = lambda images, labels: ran.append(current[-1])
+    fake._before_capture(torch.zeros(1), torch.zeros(1))
+    assert fake._capture(torch.zeros(1), torch.zeros(1)) is True
+    side = step.side_stream(device)
+    assert built == [side] and ran == [side, side]  # built, warmed up, captured

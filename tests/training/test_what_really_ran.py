@@ -23,6 +23,17 @@ def test_dp_without_gpus_records_one_device_and_warns(project):
     assert params["grad_scaler_used"] == "False" and params["autocast_used"] == "False"
 
 
+def test_dp_on_one_device_warns_once_a_stage_not_once_a_seed(caplog):
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has 2+ GPUs: DataParallel really splits the batch here")
+    from ampbench.training import parallel
+
+    strategy = parallel.DataParallel()
+    for _ in range(3):  # a stage wraps each seed's model
+        strategy.wrap(torch.nn.Linear(2, 2))
+    assert caplog.text.count("effectively single-device") == 1
+
+
 def test_autocast_unavailable_is_reported_as_not_used(monkeypatch, caplog):
     monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device_type: False)
     model = torch.nn.Linear(2, 2)

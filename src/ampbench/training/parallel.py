@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ampbench.training import step
+
 log = logging.getLogger(__name__)
 
 
@@ -153,9 +155,11 @@ class DataParallel(Single):
     """nn.DataParallel over every visible GPU; it splits the global batch itself."""
 
     name = "dp"
+    _said_single = False  # the one-device warning: once a stage, not once a seed (9 lines a study)
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        if self.devices_used() < 2:
+        if self.devices_used() < 2 and not self._said_single:
+            self._said_single = True
             log.warning(
                 "dp: %d GPU(s) visible; DataParallel needs 2+ to split work, so this run is "
                 "effectively single-device (recorded as devices_used=%d)",
@@ -218,8 +222,11 @@ class Distributed(Single):
     def wrap(self, model: nn.Module) -> nn.Module:
         if self.device.type != "cuda":
             return nn.parallel.DistributedDataParallel(model)
-        # Built on a side stream, as CUDA-graph capture of DDP requires; harmless when eager.
-        side = torch.cuda.Stream()
+        # Built on the stream the step warms up and is captured on (CUDA-graph capture of DDP
+        # needs a side stream): DDP keeps each parameter's gradient accumulator alive, tied to the
+        # stream it was made on; any other stream made torch warn of a stream mismatch in every
+        # DDP stage and join the streams in each backward.
+        side = step.side_stream(self.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             ddp = nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank])

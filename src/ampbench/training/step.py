@@ -35,7 +35,7 @@ class Totals:
 
 _I = {f.name: i for i, f in enumerate(fields(Totals))}
 
-# One warm-up stream per device for the whole process. torch gives every stream that runs a matmul
+# One warm-up and capture stream per device for the whole process. torch gives every stream that runs a matmul
 # cuBLAS and cuBLASLt workspaces of its own (~65 MiB on an H100), kept for the life of the process
 # and counted as allocated memory: a new stream per warm-up step made each seed's peak memory grow
 # by its warm-up steps' workspaces (+195 MiB a seed for 3 steps, +715 MiB for DDP's 11).
@@ -148,7 +148,9 @@ class Step:
         try:
             # thread_local: other threads (DataLoader pin-memory, NCCL watchdog, the metrics
             # sender) may touch CUDA while this one captures; in global mode that breaks the capture.
-            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            # on the warm-up stream, where DDP was built (parallel.Distributed.wrap)
+            side = side_stream(self.device)
+            with torch.cuda.graph(self.graph, stream=side, capture_error_mode="thread_local"):
                 self._run(*self.static)
         except RuntimeError as err:
             self.graph, self.use_graph = None, False
