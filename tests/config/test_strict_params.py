@@ -146,3 +146,18 @@ def test_a_params_file_that_fails_to_read_is_one_line():
     with pytest.raises(ConfigError) as err:
         load_config(Path("/proc/self/mem"))
     assert "params file /proc/self/mem: cannot be read (Input/output error)" in _one_line(err)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://me:s3cret@127.0.0.1:18731/x.tar.gz", "https://me:s3cret@example.com/x.tar.gz", "ftp://me@h/x"],
+)
+def test_credentials_in_the_data_url_are_refused_with_the_password_hidden(url):
+    """Hostile pass P: urllib sends no credentials; the download was retried three times as a
+    failed name lookup, then blamed on a local server that was up, the password in 4 lines."""
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "params.yaml", [f"data.url={url}"])
+    said = str(err.value)
+    assert "holds a user name or password" in said and "set data.url to its path" in said
+    assert "s3cret" not in said and "***@" in said
+    load_config(REPO / "params.yaml", ["data.url=https://example.com/a@b/x.tar.gz"])  # @ in the path

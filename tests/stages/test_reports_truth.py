@@ -305,6 +305,25 @@ def test_compare_refuses_metrics_whose_runs_the_store_does_not_hold(project, mon
     assert "MLFLOW_TRACKING_URI" in line and "\n" not in line
 
 
+def test_compare_refuses_runs_of_another_experiment_than_tracking_experiment(project, monkeypatch):
+    """Hostile pass P: tracking.experiment changed after training (or the experiment renamed in
+    MLflow), compare printed, exit 0, a link to a new experiment holding only its own run."""
+    from ampbench.stages.compare import runs_not_in
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    held = Tracker("cifar10-amp").start("single-fp32", {"ampbench.kind": "variant"})
+    records = {"single-fp32": {"seeds": [{"seed": 0, "variant_run_id": held}]}}
+    assert runs_not_in(Tracker("cifar10-amp"), records) == ""
+    line = runs_not_in(Tracker("my-study"), records)
+    assert line == (
+        f"reports/metrics/single-fp32.json names MLflow run {held}, of experiment 'cifar10-amp', not of "
+        "tracking.experiment 'my-study' (changed, or the experiment renamed, since it was trained): set "
+        "tracking.experiment: cifar10-amp in params.yaml, or train and evaluate again"
+    ), line
+
+
 def test_the_printed_answer_of_a_mixed_comparison_is_labelled_and_not_called_a_demo():
     """Hostile pass: with --allow-mixed only comparison.md said so; the printed Answer line did
     not, and the mixed label made compare call the study "A demo on a subset"."""

@@ -5,6 +5,7 @@ anywhere else."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,8 @@ def test_a_model_that_cannot_be_captured_trains_eagerly_with_a_note(monkeypatch,
     step.use_graph, step.warmup_steps = True, 0
     trainer.opt.param_groups[0]["lr"] = torch.tensor(0.01)  # what a capturable setup gives
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a: None)  # the capture's stream, on no GPU
+    monkeypatch.setattr(sys.modules[type(step).__module__], "_SIDE_STREAMS", {})
     monkeypatch.setattr(
         torch.cuda, "graph", lambda g, **kw: _Uncapturable(g, kw["capture_error_mode"], trainer.opt)
     )

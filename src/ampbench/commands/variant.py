@@ -129,7 +129,9 @@ def _on_the_entry_run(change) -> None:
         return
     from mlflow.tracking import MlflowClient
 
-    from ampbench.tracking import store
+    from ampbench.tracking import launcher, store
 
     with contextlib.suppress(Exception), store.http_limits(5, retries=0):
-        change(MlflowClient(), run_id)
+        client = MlflowClient()
+        if not launcher.problem(client, run_id):  # a left-over id names another run: the stage says so
+            change(client, run_id)

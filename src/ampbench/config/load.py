@@ -177,7 +177,7 @@ def _with_source(problem: str, overrides: typing.Iterable[str]) -> str:
     for item in reversed(list(overrides)):
         key = item.partition("=")[0].strip()
         if key and problem.startswith((f"{key}:", f"{key}[")):
-            return f"{problem} (from --set {shown(item)})"
+            return f"{problem} (from --set {shown(config_rules.hide_credentials(item))})"
     return problem
 
 

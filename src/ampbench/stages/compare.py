@@ -183,7 +183,20 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
                     "does not hold (a new or replaced store?): point MLFLOW_TRACKING_URI at the store that "
                     "holds the runs (unset it for the repo's mlflow.db), or train and evaluate again"
                 )
+            if moved := _other_experiment(tracker, run_id):  # hostile pass P: a link to none of them
+                return (
+                    f"reports/metrics/{variant}.json names MLflow run {run_id}, of experiment {moved!r}, "
+                    f"not of tracking.experiment {tracker.experiment!r} (changed, or the experiment "
+                    f"renamed, since it was trained): set tracking.experiment: {moved} in params.yaml, "
+                    "or train and evaluate again"
+                )
     return ""
+
+
+def _other_experiment(tracker, run_id: str) -> str:
+    """The name of the experiment holding ``run_id`` where it is not the study's; else ''."""
+    held = tracker.client.get_run(run_id).info.experiment_id
+    return "" if held == tracker.experiment_id() else tracker.client.get_experiment(held).name
 
 
 def _records(variants: list[str]) -> dict[str, dict]:

@@ -50,7 +50,18 @@ def repo_root() -> Path:
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
+    """MLFLOW_TRACKING_URI, else the project's mlflow.db. A relative sqlite path is the project
+    root's: a stage of `dvc exp run --temp` or of the queue runs in a temporary copy, and a store
+    there went with it (hostile pass P: exit 0, every run lost)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"sqlite:///{repo_root() / 'mlflow.db'}"
+    database = _sqlite_file(uri)
+    if database is None or database.is_absolute():
+        return uri
+    from sqlalchemy.engine import make_url
+
+    return make_url(uri).set(database=str(repo_root() / database)).render_as_string(hide_password=False)
 
 
 def ui_base(uri: str) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ampbench.tracking import relocate, store, view
+from ampbench.tracking import launcher, relocate, store, view
 from ampbench.tracking.epoch_hooks import EpochHooks
 from ampbench.tracking.metric_names import metric_name
 from ampbench.tracking.store import TrackingError, repo_root, temporary_env, tracking_uri
@@ -88,7 +88,7 @@ class Tracker:
         self.client = store.ensure_store(self.uri)
         self.experiment = experiment
         self.timeout = preflight_timeout_s
-        self.launcher_run_id = os.environ.get("MLFLOW_RUN_ID")  # set by `mlflow run`
+        self.launcher_run_id = os.environ.get(launcher.ENV)  # set by `mlflow run` (checked in preflight)
         self._experiment_id = None
         self._artifact_location = ""  # the experiment's, once experiment_id() found it
 
@@ -105,6 +105,8 @@ class Tracker:
             with store.http_limits(self.timeout, retries=0), store.store_lock(self.uri):
                 self._follow_move()
                 self.experiment_id()
+                if self.launcher_run_id and (why := launcher.problem(self.client, self.launcher_run_id)):
+                    raise TrackingError(launcher.refusal(self.launcher_run_id, why, self.uri))
         except TrackingError:  # already its one line (a deleted experiment)
             raise
         except Exception as err:

@@ -1,0 +1,59 @@
+"""Which store a stage records into, wherever DVC runs it."""
+
+from __future__ import annotations
+
+from ampbench.tracking import store
+
+
+def test_a_relative_sqlite_store_is_the_project_roots_even_in_a_temporary_copy(tmp_path, monkeypatch):
+    """Hostile pass P: `MLFLOW_TRACKING_URI=sqlite:///mlflow.db dvc exp run --temp` recorded every
+    run into the temporary copy's mlflow.db, which DVC then deleted (exit 0). DVC sets DVC_ROOT to
+    the project for the stages it runs in a copy."""
+    root, copy = tmp_path / "project", tmp_path / "tmp-copy"
+    root.mkdir()
+    copy.mkdir()
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(root))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db?timeout=30")
+    assert store.tracking_uri() == f"sqlite:///{root}/mlflow.db?timeout=30"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///stores/m.db")
+    assert store.tracking_uri() == f"sqlite:///{root}/stores/m.db"
+    for kept in (f"sqlite:///{tmp_path}/abs.db", "http://127.0.0.1:5000", "sqlite:///:memory:"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", kept)
+        assert store.tracking_uri() == kept
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert store.tracking_uri() == f"sqlite:///{root}/mlflow.db"
+
+
+def test_a_left_over_mlflow_run_id_is_refused_before_any_run_is_touched(tmp_path, monkeypatch):
+    """Hostile pass P: with MLFLOW_RUN_ID exported in the shell, a bogus id left a new variant run
+    RUNNING at every try (and blamed the store); the id of the study's `compare` run got that run
+    renamed "single-autocast (mlflow run)". Only `mlflow run`'s own RUNNING run is taken."""
+    import pytest
+
+    from ampbench.tracking.tracker import Tracker, TrackingError
+    from conftest import empty_store
+
+    empty_store(tmp_path / "mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    tracker = Tracker("study")
+    tracker.preflight()
+    compare = tracker.start("compare", {})
+    entry = tracker.start("x", {"mlflow.project.entryPoint": "main"})
+    ended = tracker.start("y", {"mlflow.project.entryPoint": "main"})
+    tracker.client.set_terminated(ended, "FINISHED")
+    for run_id, said in (
+        ("0123456789abcdef0123456789abcdef", "names no run of"),
+        (compare, "names run 'compare', which no `mlflow run` started"),
+        (ended, "names an ended (FINISHED) `mlflow run`"),
+    ):
+        monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+        with pytest.raises(TrackingError) as err:
+            Tracker("study").preflight()
+        assert said in str(err.value) and "`unset MLFLOW_RUN_ID`" in str(err.value)
+    assert tracker.client.get_run(compare).info.run_name == "compare"
+    assert len(tracker.client.search_runs([tracker.experiment_id()])) == 3  # none started
+    monkeypatch.setenv("MLFLOW_RUN_ID", entry)
+    Tracker("study").preflight()  # `mlflow run`'s own, in progress
