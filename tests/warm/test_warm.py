@@ -282,6 +282,26 @@ def test_a_sigterm_to_the_whole_job_stops_the_stage_once(tmp_path):
         held.end()
 
 
+def test_the_command_killed_outright_stops_its_warm_stage_as_sigterm_does(tmp_path):
+    """Hostile pass O: kill -9 of `python -m ampbench.dvc_run repro` mid-stage. The server's
+    death-of-parent signal was SIGTERM, which it takes for a SIGTERM to the whole job (the stages
+    have theirs already), so it sent none: the stage trained on as an orphan, published its models
+    after the kill, and a re-run was refused as a second trainer."""
+    from conftest import runs
+
+    held = Command()
+    try:
+        project, proc, stage = _training(held, tmp_path)
+        held.proc.kill()
+        assert proc.wait(120) == 128 + signal.SIGTERM, (project / "train.log").read_text()[-3000:]
+        said = (project / "train.log").read_text()
+        assert said.count("SIGTERM received") == 1 and "checkpoint saved" in said and "To resume" in said
+        assert not alive(stage) and not (project / "models/single-fp32").exists()
+        assert {r.info.status for r in runs(project)} == {"KILLED"}
+    finally:
+        held.end()
+
+
 def test_a_shell_prompt_is_no_reason_to_refuse_a_stage():
     """`source .venv/bin/activate` exports PS1; bash drops it in the non-interactive shell DVC runs
     each stage in: the server (started from the user's shell) and every stage would differ."""

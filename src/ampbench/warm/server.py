@@ -44,6 +44,7 @@ PRELOAD = (
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 GREETING = b'{"ready": true}\n'  # after accept: this server is alive (not stopped) and reading
+PARENT_GONE = signal.SIGRTMIN + 1  # the command that started this server died: no one sends it
 
 
 def preload() -> dict[str, str]:
@@ -94,6 +95,7 @@ class Server:
         self.sel.register(self.listener, selectors.EVENT_READ, "listener")
         self.sel.register(sys.stdin, selectors.EVENT_READ, "command")
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(PARENT_GONE, self._on_parent_gone)
         while not self.stopping:
             self._serve_once(timeout=0.2)
         self._stop_children()
@@ -104,6 +106,11 @@ class Server:
         # group): each stage gets it from its client (or directly) already, so it is not sent
         # a third time; the server stops serving and waits for them.
         self.stopping, self.signalled = True, True
+
+    def _on_parent_gone(self, signum, frame) -> None:
+        # The command was killed outright (kill -9): its stages heard nothing, so they get a
+        # SIGTERM each from here (_stop_children), as on the end of file that comes with it.
+        self.stopping = True
 
     def _serve_once(self, timeout: float) -> None:
         for key, _ in self.sel.select(timeout):
@@ -253,7 +260,9 @@ def _log(line: str) -> None:
 
 
 def main() -> int:
-    child.die_with_parent(signal.SIGTERM)  # the command was killed outright: stop the stages, go
+    # Not SIGTERM, which is a stop of the whole job whose stages have theirs already: after a
+    # kill -9 of the command the server sent none, and a stage trained on as an orphan (pass O).
+    child.die_with_parent(PARENT_GONE)
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_IGN)  # the command's stages hear these through their clients
     return Server(Path(sys.argv[1])).run()
