@@ -35,3 +35,43 @@ def test_a_stopped_variant_names_itself_to_resume_and_evaluates_nothing(sig, mon
     assert variant.main(load_config(REPO / "params.yaml"), args, argv) == 128 + sig
     said = "ampbench variant --parallel single --precision autocast --fc-dim 48"
     assert seen == [("train", said)]  # what its stop line says; no evaluate after a stop
+
+
+def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluation(monkeypatch, caplog):
+    """Hostile pass O: Ctrl-C just after the last step said "stopping at the next step boundary",
+    then the variant evaluated, printed its whole answer, and only then died of the signal (-2).
+    The train stage now puts the handlers back and says the signal came late; the variant stops
+    there with the command that evaluates the trained seeds."""
+    from ampbench.stages import stop
+
+    monkeypatch.chdir(REPO)
+    for name in ("AMPBENCH_RESUME_COMMAND", "AMPBENCH_SCOPE", "MLFLOW_RUN_ID"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(variant, "launcher_command", lambda: None)
+    monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
+    monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")
+    monkeypatch.setattr(stop, "_LATE", [0])
+    monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: None)
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+
+    def stage(argv: list[str]) -> int:  # the train stage: its last step, then a Ctrl-C, then done
+        seen.append(argv[0])
+        flag = stop.StopFlag()
+        flag()
+        os.kill(os.getpid(), signal.SIGINT)
+        flag.close(completed=True)
+        assert signal.getsignal(signal.SIGINT) is before  # a later Ctrl-C is the command's again
+        return 0
+
+    monkeypatch.setattr(cli, "main", stage)
+    argv = ["variant", "--parallel", "single", "--precision", "autocast"]
+    args = cli._parser().parse_args(argv)  # noqa: SLF001
+    assert variant.main(load_config(REPO / "params.yaml"), args, argv) == 128 + signal.SIGINT
+    assert seen == ["train"]  # no evaluate
+    assert "SIGINT came after training's last step: every seed is trained and kept" in caplog.text
+    assert (
+        "stopped before the evaluation; to evaluate the trained seeds: ampbench evaluate --parallel single"
+        in (caplog.text)
+    )

@@ -50,10 +50,12 @@ class StopFlag:
         # of silence). A process of its own stops there and then; a DDP worker keeps to the flag,
         # as its peers must stop at the same step.
         self.asked = "RANK" in os.environ
+        self.before: dict[int, object] = {}  # the handlers close() puts back
         for sig in STOP_SIGNALS:
             # An inherited ignore is kept: nohup's SIGHUP; a script's background job's SIGINT (hostile
             # pass WARN: a Ctrl-C was dropped in its first second, then stopped it from here on)
-            if signal.getsignal(sig) is not signal.SIG_IGN:
+            if (before := signal.getsignal(sig)) is not signal.SIG_IGN:
+                self.before[sig] = before
                 signal.signal(sig, self._handle)
         if watch_parent:
             parent = os.getppid()
@@ -92,6 +94,28 @@ class StopFlag:
     def __call__(self) -> bool:
         self.asked = True  # the loop is there: from now on a stop waits for its step boundary
         return bool(self.signum)
+
+    def close(self, completed: bool = False) -> None:
+        """The stage is over: what handled the signals before it does again (hostile pass O: in
+        `ampbench variant` a Ctrl-C during the evaluation was only "stopping at the next step
+        boundary"). ``completed``: training ended with no stop, so a signal heard meanwhile came
+        after its last step boundary; said, and kept for what runs next here (``came_late``)."""
+        for sig, before in self.before.items():
+            signal.signal(sig, before)  # type: ignore[arg-type]
+        self.before = {}
+        if completed and self.signum and os.environ.get("LOCAL_RANK", "0") == "0":
+            name = signal.Signals(self.signum).name
+            log.warning("%s came after training's last step: every seed is trained and kept", name)
+            _LATE[0] = self.signum
+
+
+_LATE = [0]
+
+
+def came_late() -> int:
+    """The stop signal a train stage of this process heard after its last step boundary (0: none):
+    it stopped nothing there, so what follows in the same command (variant's evaluate) stops."""
+    return _LATE[0]
 
 
 def watch_launcher(on_gone) -> int | None:

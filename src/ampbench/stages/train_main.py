@@ -117,11 +117,15 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             log.error("%s", line)
             return 1
         _said(results)
+        stop.close(completed=True)
         return 0
 
     # torchrun's @record writes what escapes into the report it prints: a bug's traceback, never
     # a stop or a lost peer, which are said above in one line (the worker's exit status tells torchrun)
-    return launch.record(run)()
+    try:
+        return launch.record(run)()
+    finally:
+        stop.close()
 
 
 def _where(stopped: BaseException, work) -> str:
