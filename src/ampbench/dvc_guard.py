@@ -133,6 +133,8 @@ def _not_an_archive(path: Path) -> str:
         head = f.read(512)
     if archive_magic.is_web_page(head):
         return "is a web page (HTML), not the archive: download the archive itself"
+    if kind := archive_magic.other_archive(head):
+        return f"is a {kind} archive; ampbench reads {archive_magic.READ}, so unpack it"
     if archive_magic.compression(head) or head[257:262] == b"ustar":  # the download stage checks the rest
         return ""
     return "is not a tar archive, nor a gzip, bzip2 or xz compressed one" if head else "is an empty file"

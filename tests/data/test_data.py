@@ -572,8 +572,13 @@ def test_balanced_subset():
     assert sub_images.tolist() == [0, 1, 2, 3, 4, 6]
     assert sub_labels.tolist() == [0, 1, 0, 2, 1, 2]
     assert prepared.balanced_subset(images, labels, 0)[0].tolist() == list(range(10))
-    with pytest.raises(prepared.DataError, match="fewer"):
-        prepared.balanced_subset(images, labels, 4)
+    with pytest.raises(prepared.DataError) as err:
+        prepared.balanced_subset(images, labels, 4, "test", ["cat", "dog", "ship"])
+    # hostile pass P: "class 0 has 24 samples, fewer than the 100 asked" (no name, setting or fix)
+    assert str(err.value) == (
+        "data.test_per_class=4 asks for 4 test images per class, but class 'dog' has 3 (2 classes have "
+        "fewer): set data.test_per_class to at most 3, or 0 for every image"
+    )
 
 
 def test_save_and_load_dataset(tmp_path):

@@ -12,6 +12,20 @@ import lzma
 COMPRESSIONS = {b"\x1f\x8b": ("gzip", gzip), b"BZh": ("bzip2", bz2), b"\xfd7zXZ\x00": ("xz", lzma)}
 
 
+# Archives of other kinds, which tarfile does not read (hostile pass P: a .zip was "not a tar
+# archive ...; re-download it", which cannot help).
+OTHER_ARCHIVES = {
+    *((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip")),
+    *((b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar")),
+}
+READ = "tar, tar.gz, tar.bz2, tar.xz or an image folder"
+
+
+def other_archive(head: bytes) -> str:
+    """Which unread kind of archive ``head`` starts ("zip"), or ""."""
+    return next((kind for magic, kind in OTHER_ARCHIVES if head.startswith(magic)), "")
+
+
 def is_web_page(head: bytes) -> bool:
     """A web page where the archive was meant (final pass H: a URL of a page, not of the file)."""
     return head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html", b"<?xml", b"<head"))

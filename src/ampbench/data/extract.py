@@ -142,6 +142,8 @@ def not_a_tar(archive: Path) -> str:
     one per method it tried): empty, an empty or damaged compressed stream, or no tar inside."""
     with open(archive, "rb") as f:
         head = f.read(64)
+    if kind := archive_magic.other_archive(head):
+        return f"it is a {kind} archive; ampbench reads {archive_magic.READ}, so unpack it"
     if not head:
         return "the file is empty (0 bytes)"
     if archive_magic.is_web_page(head):
@@ -160,6 +162,12 @@ def not_a_tar(archive: Path) -> str:
     if inside < tarfile.BLOCKSIZE:
         return f"its {name} stream holds only {inside} bytes, less than one tar header: cut short or no tar"
     return f"its {name} stream does not start with a tar header: not a tar archive"
+
+
+def _with_fix(what: str) -> str:
+    if what.endswith("so unpack it"):  # another kind of archive: downloading it again cannot help
+        return f"{what} and point data.url at the folder it makes"
+    return f"{what}; re-download it, or point data.url at the .tar.gz archive or its extracted folder"
 
 
 class _Corrupt(Exception):
@@ -202,10 +210,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
         if no_space(exc):
             raise DataError(no_space_message(tmp, dest)) from exc
         if not opened and isinstance(exc, tarfile.ReadError):
-            raise DataError(
-                f"cannot extract {archive}: {not_a_tar(archive)}; re-download it, or point data.url at "
-                "the .tar.gz archive or its extracted folder"
-            ) from None
+            raise DataError(f"cannot extract {archive}: {_with_fix(not_a_tar(archive))}") from None
         if not opened or (isinstance(exc, OSError) and exc.errno is not None):
             raise DataError(f"cannot extract {archive}: {exc}; is it a complete tar/tar.gz?") from exc
         shutil.rmtree(dest, ignore_errors=True)

@@ -27,6 +27,7 @@ from ampbench import atomic
 from ampbench.chains import reason
 from ampbench.data import download_lines, image_files, resize
 from ampbench.data.fetch import CHUNK, CIFAR10_URL, DataError, fetch, safe_extract
+from ampbench.data.subset import balanced_subset
 
 # torchvision is imported where it is used (download / prepare only): importing it pulls in
 # torch._dynamo, seconds that every train and evaluate stage would pay just to load the data.
@@ -176,22 +177,6 @@ def find_dataset_root(extracted: Path, source: str = "") -> tuple[str, Path]:
     )
 
 
-def balanced_subset(images: torch.Tensor, labels: torch.Tensor, per_class: int) -> tuple:
-    """The first `per_class` samples of every class, in original order; 0 keeps everything."""
-    if per_class < 0:
-        raise DataError(f"per_class must be >= 0, got {per_class}")
-    if per_class == 0:
-        return images, labels
-    keep = []
-    for c in labels.unique().tolist():
-        idx = (labels == c).nonzero().flatten()
-        if len(idx) < per_class:
-            raise DataError(f"class {c} has {len(idx)} samples, fewer than the {per_class} asked")
-        keep.append(idx[:per_class])
-    order = torch.cat(keep).sort().values  # restore the original interleaving of classes
-    return images[order].contiguous(), labels[order]
-
-
 def prepare(
     source: str,
     out_file: Path,
@@ -216,7 +201,7 @@ def prepare(
         ds[f"{split}_images"] = resize.square(ds[f"{split}_images"], image_size)
     for split, n in (("train", train_per_class), ("test", test_per_class)):
         ds[f"{split}_images"], ds[f"{split}_labels"] = balanced_subset(
-            ds[f"{split}_images"], ds[f"{split}_labels"], n
+            ds[f"{split}_images"], ds[f"{split}_labels"], n, split, ds["classes"]
         )
     save_dataset(ds, Path(out_file))
     summary = {
