@@ -67,3 +67,20 @@ def test_a_ctrl_c_outside_a_train_stage_says_which_command_stopped_and_what_to_d
     assert logging.getLogger("torch").level == logging.WARNING  # torch's INFO lines at exit: not ours
     assert logging.getLogger("matplotlib").level == logging.ERROR  # a read-only HOME: 3 lines (hostile pass)
     assert logging.getLogger("urllib3").level == logging.ERROR  # a lost tracking server: its retries
+
+
+def test_a_notebooks_mplbackend_does_not_stop_the_charts():
+    """Hostile pass P: with Jupyter's MPLBACKEND (module://matplotlib_inline.backend_inline, not
+    installed here) evaluate and compare failed with matplotlib's list of backends, exit 1. Every
+    command drops it before matplotlib reads it (also ampbench.warm.server, before it compares
+    environments with the stages)."""
+    import subprocess
+    import sys
+
+    from conftest import venv_env
+
+    env = {**venv_env(), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    draw = "import matplotlib.pyplot as plt; plt.figure(); print('drawn')"
+    for setup, ok in (("", False), ("from ampbench import output; output.charts_to_files(); ", True)):
+        proc = subprocess.run([sys.executable, "-c", setup + draw], env=env, capture_output=True, text=True)
+        assert (proc.returncode == 0 and "drawn" in proc.stdout) is ok, proc.stderr[-500:]

@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return _function(HELPERS[argv[0]])(*argv[1:])
     args = _parse(argv)
     output.printable()
+    output.charts_to_files()
     output.logging_to_stderr(args.verbose)
     cfg = None
     try:
@@ -249,6 +250,7 @@ def run() -> int:
     """The ``ampbench`` command and ``python -m ampbench``: a stage runs in a fork of the command's
     warm server when there is one (``ampbench.warm``), else here, then ends quickly (``process_exit``).
     Tests call :func:`main`, which returns."""
+    output.charts_to_files()  # before the warm server compares environments: it has none either
     if sys.argv[1:2] and sys.argv[1] in WARM_COMMANDS:
         from ampbench.warm import client
 

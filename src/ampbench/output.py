@@ -54,3 +54,10 @@ def printable() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure") and stream.errors == "strict":
             stream.reconfigure(errors="replace")
+
+
+def charts_to_files() -> None:
+    """The commands draw their charts into files (matplotlib's Agg), whatever MPLBACKEND says: a
+    notebook's (``module://matplotlib_inline...``, exported by Jupyter's terminal) made matplotlib's
+    import fail with its list of backends (hostile pass P: evaluate and compare, exit 1)."""
+    os.environ.pop("MPLBACKEND", None)

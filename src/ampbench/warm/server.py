@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from ampbench import output
 from ampbench.warm import child, context
 
 # What the stages import, in the order they need it. A module that fails to import is only logged:
@@ -260,6 +261,7 @@ def _log(line: str) -> None:
 
 
 def main() -> int:
+    output.charts_to_files()  # as every command does before it compares environments with this one
     # Not SIGTERM, which is a stop of the whole job whose stages have theirs already: after a
     # kill -9 of the command the server sent none, and a stage trained on as an orphan (pass O).
     child.die_with_parent(PARENT_GONE)
