@@ -41,3 +41,22 @@ def test_without_tf32_the_table_is_as_before():
     md = compare.to_markdown(rows)
     assert "tf32" not in md.lower()
     assert all("Speedup_tf32" not in answer.answer_metrics(r) for r in rows)
+
+
+def test_a_table_without_single_fp32_says_n_a_not_nanx():
+    """Hostile pass P: `compare --variants single-autocast` wrote "nanx" as its speed-up."""
+    from ampbench.report import chart
+
+    records = _records(with_tf32=False)
+    rows = compare.summarize({"single-autocast": records["single-autocast"]})
+    md = compare.to_markdown(rows)
+    assert "nan" not in md.lower() and "| n/a |" in md
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    chart._speedup(ax, rows, ["single-autocast"], ["C0"])  # noqa: SLF001 - the bar's label
+    assert [t.get_text() for t in ax.texts] == ["  0k img/s"]
+    plt.close(fig)

@@ -130,3 +130,28 @@ def test_a_model_of_other_classes_than_the_test_set_is_refused(tmp_path):
         Exception, match=r"was trained on 10 classes .* the prepared test set has 2 \(cat, dog\)"
     ):
         check_classes(saved, ["cat", "dog"], tmp_path / "model.pt")
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"parallel": "single"}, "--parallel names one variant with --precision: give both, or neither"),
+        ({"precision": "autocast"}, "--precision names one variant with --parallel: give both, or neither"),
+        (
+            {"variants": "single-fp32,single-fp32"},
+            "--variants: single-fp32 named twice; name each variant once",
+        ),
+    ],
+)
+def test_half_a_variant_or_a_variant_twice_is_refused(given, said):
+    """Hostile pass P: `evaluate --parallel single` quietly meant single-fp32 only; a variant named
+    twice was scored twice, exit 0 (compare refuses it)."""
+    import argparse
+
+    from ampbench.stages.evaluate_main import chosen_variants
+
+    args = argparse.Namespace(**{"parallel": None, "precision": None, "variants": "", **given})
+    with pytest.raises(config.ConfigError, match=said):
+        chosen_variants(args)
+    both = argparse.Namespace(parallel="dp", precision="autocast", variants="")
+    assert chosen_variants(both) == ["dp-autocast"]

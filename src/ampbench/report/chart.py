@@ -66,7 +66,7 @@ def _speedup(ax, rows: list[dict], names: list[str], colors: list[str]) -> None:
     spread = [r["images_per_second_std"] / base if base else 0.0 for r in rows]
     ax.barh(names, speed, xerr=spread, color=colors, capsize=3)
     for y, (s, e, r) in enumerate(zip(speed, spread, rows, strict=True)):
-        label = f"  {s:.2f}x · {r['images_per_second_mean'] / 1000:,.0f}k img/s"
+        label = f"  {'' if math.isnan(s) else f'{s:.2f}x · '}{r['images_per_second_mean'] / 1000:,.0f}k img/s"
         ax.text(s + e, y, label, va="center", fontsize=9)  # past the error bar
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlim(

@@ -98,6 +98,11 @@ def summarize(records: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def _times(ratio: float) -> str:
+    """A speed-up as the table shows it; n/a without its baseline (hostile pass P: "nanx")."""
+    return "n/a" if math.isnan(ratio) else f"{ratio:.2f}x"
+
+
 def _fmt(mean: float, std: float, digits: int) -> str:
     return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
@@ -126,8 +131,8 @@ def to_markdown(rows: list[dict], notice: str = "") -> str:
             f"| {_fmt(r['test_accuracy_mean'], r['test_accuracy_std'], 4)} | {delta} | {p} "
             f"| {r['significant']} | {_fmt(r['train_seconds_mean'], r['train_seconds_std'], 1)} "
             f"| {_fmt(r['images_per_second_mean'], r['images_per_second_std'], 0)} "
-            f"| {r['speedup']:.2f}x "
-            + (f"| {r['speedup_vs_tf32']:.2f}x " if tf32 else "")
+            f"| {_times(r['speedup'])} "
+            + (f"| {_times(r['speedup_vs_tf32'])} " if tf32 else "")
             + f"| {_fmt(r['peak_memory_mb_mean'], r['peak_memory_mb_std'], 0)} "
             + (joules if energy else "")
             + f"| {r['devices_used']} | {r['amp_dtype']} |"

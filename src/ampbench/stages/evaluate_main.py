@@ -41,11 +41,16 @@ def add_arguments(ev: argparse.ArgumentParser) -> None:
 
 def chosen_variants(args) -> list[str]:
     """One variant (--parallel/--precision), the --variants list, or params.yaml's study."""
-    if args.parallel or args.precision:
-        return [variant_name(args.parallel or "single", args.precision or "fp32")]
+    if bool(args.parallel) != bool(args.precision):  # hostile pass P: --parallel alone meant fp32
+        given, missing = ("--parallel", "--precision") if args.parallel else ("--precision", "--parallel")
+        raise ConfigError(f"{given} names one variant with {missing}: give both, or neither for the study")
+    if args.parallel:
+        return [variant_name(args.parallel, args.precision)]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()] or study_variants(
         args.params, args.overrides
     )
+    if repeated := sorted({v for v in variants if variants.count(v) > 1}):  # as compare: scored twice
+        raise ConfigError(f"--variants: {', '.join(repeated)} named twice; name each variant once")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
