@@ -305,6 +305,26 @@ def test_compare_refuses_metrics_whose_runs_the_store_does_not_hold(project, mon
     assert "MLFLOW_TRACKING_URI" in line and "\n" not in line
 
 
+def test_runs_missing_from_the_repos_own_store_are_not_told_to_unset_a_variable(project, monkeypatch):
+    """Hostile pass P: an emptied mlflow.db (`: > mlflow.db`) was told "point MLFLOW_TRACKING_URI at
+    the store that holds the runs (unset it for the repo's mlflow.db)", with it unset already."""
+    from ampbench.stages.compare import runs_not_in
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    line = runs_not_in(
+        Tracker("cifar10-amp"), {"single-fp32": {"seeds": [{"seed": 0, "variant_run_id": "0" * 32}]}}
+    )
+    assert line.endswith(
+        "does not hold: this is the repo's mlflow.db, replaced or emptied since: put back the one that "
+        "holds them, or train and evaluate again"
+    ), line
+    assert "MLFLOW_TRACKING_URI" not in line
+
+
 def test_compare_refuses_runs_of_another_experiment_than_tracking_experiment(project, monkeypatch):
     """Hostile pass P: tracking.experiment changed after training (or the experiment renamed in
     MLflow), compare printed, exit 0, a link to a new experiment holding only its own run."""

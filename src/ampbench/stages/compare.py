@@ -165,7 +165,7 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
     """'' when the store holds every variant run the metrics files name; else one line naming the
     first it does not hold (hostile pass: a deleted mlflow.db gave "failed (MlflowException: Run
     with id=... not found); check the store" after the reports were written)."""
-    from ampbench.tracking import trash
+    from ampbench.tracking import store, trash
 
     for variant, record in records.items():
         for run_id in sorted(
@@ -180,8 +180,7 @@ def runs_not_in(tracker, records: dict[str, dict]) -> str:
             if tracker.status(run_id) is None:
                 return (
                     f"reports/metrics/{variant}.json names MLflow run {run_id}, which store {tracker.uri} "
-                    "does not hold (a new or replaced store?): point MLFLOW_TRACKING_URI at the store that "
-                    "holds the runs (unset it for the repo's mlflow.db), or train and evaluate again"
+                    f"does not hold: {store.where_the_runs_are()}, or train and evaluate again"
                 )
             if moved := _other_experiment(tracker, run_id):  # hostile pass P: a link to none of them
                 return (

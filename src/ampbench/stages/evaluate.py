@@ -268,8 +268,7 @@ def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
             raise  # the store itself failed: not this file's fault
         raise ModelFileError(
             f"{path} was trained in MLflow run {run_id}, which is not in the tracking store "
-            f"{tracker.uri}. Point MLFLOW_TRACKING_URI at the store the model was trained with "
-            f"(unset it for the repo's mlflow.db), or {_retrain_hint(path)}"
+            f"{tracker.uri}: {store.where_the_runs_are()}, or {_retrain_hint(path)}"
         ) from None
     # Before scoring: the run's folder may be another user's (a `sudo` run trained or evaluated it).
     store.check_run_artifacts(run.info.artifact_uri, run_id, tracker.uri, evaluate_runs.ARTIFACT_FOLDER)

@@ -64,6 +64,15 @@ def tracking_uri() -> str:
     return make_url(uri).set(database=str(repo_root() / database)).render_as_string(hide_password=False)
 
 
+def where_the_runs_are() -> str:
+    """The fix when this store lacks runs a file names: under MLFLOW_TRACKING_URI, the store that
+    has them; without it the repo's mlflow.db was replaced or emptied (hostile pass P: "unset it for
+    the repo's mlflow.db", said with it unset)."""
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        return "point MLFLOW_TRACKING_URI at the store that holds them (unset it for the repo's mlflow.db)"
+    return "this is the repo's mlflow.db, replaced or emptied since: put back the one that holds them"
+
+
 def ui_base(uri: str) -> str:
     """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
