@@ -424,6 +424,11 @@ def test_models_trained_before_params_yaml_changed_are_said_to_be(tmp_path):
         "are of the models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
     ), said
     assert mixed.since_trained(records, "before", now) == ""  # the digest the models carry: nothing to say
+    # hostile pass P: `evaluate --set train.lr=0.3` was told that params.yaml had changed
+    assert mixed.since_trained(records, "after", now, ["train.lr=0.3"]) == (
+        "the settings given (--set) differ from those these models were trained with (train.lr: 0.2 -> "
+        "0.3): the reports are of the models as trained"
+    )
     assert cfg.digest() and "train.lr" in cfg.digested()  # what evaluate passes
 
 

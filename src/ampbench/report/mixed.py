@@ -69,7 +69,7 @@ def check(records: dict[str, dict], allow_mixed: bool) -> str:
     return f"> **MIXED SETTINGS (--allow-mixed): not one study.** The variants were trained with: {said}."
 
 
-def since_trained(records: dict[str, dict], digest: str, settings: dict) -> str:
+def since_trained(records: dict[str, dict], digest: str, settings: dict, overrides=()) -> str:
     """'' when the models were trained with the params' settings (``digest``, ``settings``: the
     config's ``digest()`` and ``digested()``); else one line saying what changed since (hostile pass
     D: params.yaml edited after the training, then evaluate and compare said nothing of it)."""
@@ -82,6 +82,13 @@ def since_trained(records: dict[str, dict], digest: str, settings: dict) -> str:
             if key in now and now[key] != value:
                 changed.setdefault(key, f"{key}: {shown(value)} -> {shown(now[key])}")
     what = "; ".join(changed[key] for key in sorted(changed)) or "its config digest differs"
+    # hostile pass P: `evaluate --set train.seeds=[1]` was told params.yaml had changed
+    given = {item.partition("=")[0].strip() for item in overrides}
+    if given & set(changed):
+        return (
+            f"the settings given (--set) differ from those these models were trained with ({what}): the "
+            "reports are of the models as trained"
+        )
     return (
         f"params.yaml has changed since these models were trained ({what}): the reports are of the "
         "models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
