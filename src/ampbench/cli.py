@@ -56,7 +56,7 @@ COMMANDS = {
     "evaluate": ("stages.evaluate_main", "evaluate the study's variants' models (or one variant's)"),
     "compare": ("stages.compare", "compare variants side by side"),
     "variant": ("commands.variant", "download if needed, train, evaluate"),
-    "bench": ("commands.bench", "measure training throughput, untracked"),
+    "bench": ("commands.bench", "measure training throughput (MLflow: <experiment>-bench; not in DVC)"),
     "estimate": ("commands.estimate", "time a few steps of the real model, estimate the whole study"),
     "findings": ("commands.findings", "docs/FINDINGS.md: the tutorial's claims against measured runs"),
     "explain": ("commands.explain", "AMP's speed-up rung by rung and over batch sizes"),

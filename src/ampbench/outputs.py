@@ -77,6 +77,19 @@ def check_folder(folder: Path, holds: str) -> None:
         raise OutputsError(cannot_hold(folder, holds, reason))
 
 
+def report_prefix(out: str, holds: str) -> Path:
+    """``--out`` of bench and explain, a prefix of file names (reports/bench: .md, .json), checked
+    before the measurement (hostile pass R: `--out ""` measured for 50 s, then "PosixPath('.') has
+    an empty name"; `--out some/folder/` wrote some/folder.json beside it)."""
+    if not out.strip() or out.endswith("/") or Path(out).is_dir():
+        raise OutputsError(
+            f"--out {out!r} names no file: give the {holds}'s file name prefix, e.g. --out "
+            "reports/mine (writes reports/mine.md, .json)"
+        )
+    check_folder(Path(out).parent, holds)
+    return Path(out)
+
+
 @contextlib.contextmanager
 def staged(root: Path, whole: tuple[str, ...] = (), folders: tuple[str, ...] = ()) -> Iterator[Path]:
     check_writable(root, (*whole, *folders))

@@ -36,6 +36,12 @@ def test_bench_on_cpu(project: Path):
         str(out),
     )
     res = json.loads(out.with_suffix(".json").read_text())
+    # hostile pass R: bench said neither where its report went nor that MLflow recorded it
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(
+        f"The report: {out.with_suffix('.md')} (also .json); MLflow run {res['run_id']} "
+    ), last
+    assert "in experiment cifar10-amp-bench; start the UI first" in last
     measures = [(r["measure"], r["variant"]) for r in res["rows"]]
     assert measures == [
         ("pipeline", "single-fp32"),

@@ -155,3 +155,17 @@ def test_a_whole_folder_that_is_a_link_stays_a_link_and_loses_its_stale_files(tm
     assert (root / "answer").is_symlink()
     assert sorted(p.name for p in elsewhere.iterdir()) == ["kept.json"]
     assert (elsewhere / "kept.json").read_text() == "new"
+
+
+@pytest.mark.parametrize("out", ["", "  ", "reports/", "{folder}"])
+def test_a_report_prefix_naming_no_file_is_refused_before_the_measurement(tmp_path, out):
+    """Hostile pass R: `ampbench bench --out ""` measured for 20-50 s, then "PosixPath('.') has an
+    empty name", exit 1, nothing saved; `--out some/folder/` wrote some/folder.json beside it."""
+    out = out.format(folder=tmp_path)
+    with pytest.raises(outputs.OutputsError) as err:
+        outputs.report_prefix(out, "bench report")
+    assert str(err.value) == (
+        f"--out {out!r} names no file: give the bench report's file name prefix, e.g. --out reports/mine "
+        "(writes reports/mine.md, .json)"
+    )
+    assert outputs.report_prefix(str(tmp_path / "new" / "b"), "bench report") == tmp_path / "new" / "b"

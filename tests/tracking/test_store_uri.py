@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ampbench.tracking import store
+import os
+
+from ampbench.tracking import locations, store
 
 
 def test_a_relative_sqlite_store_is_the_project_roots_even_in_a_temporary_copy(tmp_path, monkeypatch):
@@ -23,6 +25,23 @@ def test_a_relative_sqlite_store_is_the_project_roots_even_in_a_temporary_copy(t
         assert store.tracking_uri() == kept
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert store.tracking_uri() == f"sqlite:///{root}/mlflow.db"
+
+
+def test_under_mlflow_run_a_relative_sqlite_store_is_the_folder_mlflow_run_started_in(tmp_path, monkeypatch):
+    """Hostile pass R: `cd /tmp/x; MLFLOW_TRACKING_URI=sqlite:///rel.db mlflow run /path/to/project`:
+    MLflow made its run in /tmp/x/rel.db, the stages looked in the project's rel.db and refused its
+    MLFLOW_RUN_ID as left over."""
+    root, started = tmp_path / "project", tmp_path / "x"
+    root.mkdir()
+    started.mkdir()
+    monkeypatch.setenv("DVC_ROOT", str(root))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///rel.db")
+    monkeypatch.setenv("MLFLOW_RUN_ID", "0" * 32)
+    monkeypatch.chdir(started)  # this process stands for `mlflow run`, which set MLFLOW_RUN_ID
+    monkeypatch.setattr(locations, "setter_of", lambda variable: os.getpid())
+    assert store.tracking_uri() == f"sqlite:///{started}/rel.db"
+    monkeypatch.setattr(locations, "setter_of", lambda variable: None)  # none found: the project's
+    assert store.tracking_uri() == f"sqlite:///{root}/rel.db"
 
 
 def test_a_left_over_mlflow_run_id_is_refused_before_any_run_is_touched(tmp_path, monkeypatch):

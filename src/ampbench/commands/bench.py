@@ -1,4 +1,4 @@
-"""`ampbench bench`: training throughput of chosen variants, untracked by the study, and its report.
+"""`ampbench bench`: training throughput of chosen variants, outside the DVC study, and its report.
 
     ampbench bench --variants single-fp32,single-autocast,single-autocast_gradscaler --batch-size 512
 
@@ -21,7 +21,7 @@ from ampbench.cli_options import at_least_one, at_least_zero
 from ampbench.config import COMPILE_MODES, Config, ConfigError, replace
 
 log = logging.getLogger(__name__)
-HELP = "measure training throughput, untracked"
+HELP = "measure training throughput (MLflow: <experiment>-bench; not in DVC)"
 CPU_BATCH = 64  # the GPU's 512 / 8, as explain's CPU rungs
 
 
@@ -97,7 +97,7 @@ def _bench(cfg: Config, args) -> int:
     memory_check.check_address_space(cfg, margin=memory_check.BENCH_ADDRESS_MARGIN)
     strategy = kit.single_device()
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
-    outputs.check_folder(Path(args.out).parent, "bench report")  # before the measurement
+    outputs.report_prefix(args.out, "bench report")  # before the measurement
     dataset = kit.dataset(args.max_images)
     loader.check_batch(cfg.train.batch_size, dataset)  # before MLflow's import, seconds on a loaded CPU
     measurement_runs.check_store(cfg, "bench", Path(args.out))
@@ -127,6 +127,7 @@ def _bench(cfg: Config, args) -> int:
     write, suffixes = bench_markdown.write, (".json", ".md")
     res["run_id"] = measurement_runs.record(cfg, "bench", res, out, params, metrics, write, suffixes)
     print(bench_markdown.to_markdown(res))
+    print(measurement_runs.where(cfg, "bench", res["run_id"], out, ".json"))
     return 0 if res["run_id"] else 1  # measured, but not recorded: a failure, said in one line above
 
 

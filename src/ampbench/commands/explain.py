@@ -81,7 +81,7 @@ def _explain(cfg: Config, args) -> int:
     strategy = kit.single_device()
     cuda = strategy.device.type == "cuda"
     memory_check.check_fits(cfg, strategy.device, CIFAR_CLASSES)
-    outputs.check_folder(Path(args.out).parent, "explain report")  # before the measurement
+    outputs.report_prefix(args.out, "explain report")  # before the measurement
     opts = options(args, cuda)
     dataset = kit.dataset(opts["max_images"])
     out, only = Path(args.out), [r for r in args.rungs.split(",") if r]
@@ -108,7 +108,7 @@ def _explain(cfg: Config, args) -> int:
     suffixes = (".json", ".md", ".png")
     res["run_id"] = measurement_runs.record(cfg, "explain", res, out, params, metrics, report.write, suffixes)
     print(report.to_markdown(res))
-    print(where(cfg, res, out))
+    print(measurement_runs.where(cfg, "explain", res["run_id"], out, ".json, .png"))
     return 0 if res["run_id"] else 1
 
 
@@ -138,15 +138,3 @@ def plan(cfg: Config, args, strategy, dataset: dict, only: list[str]) -> list[in
             f", then the batch crossover over {', '.join(map(str, batches))}" if batches else "",
         )
     return batches
-
-
-def where(cfg: Config, res: dict, out: Path) -> str:
-    """The last line: where the report went (files, and the MLflow run when it was recorded)."""
-    from ampbench.tracking.store import tracking_uri, ui_command
-
-    files = f"The report: {out.with_suffix('.md')} (also .json, .png)"
-    if not res["run_id"]:
-        return f"{files}; not in MLflow (see the error above)."
-    ui = ui_command(tracking_uri())
-    start = f"; start the UI first: {ui}" if ui else ""
-    return f"{files}; MLflow run {res['run_id']} in experiment {cfg.tracking.experiment}-explain{start}"

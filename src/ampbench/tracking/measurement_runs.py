@@ -108,3 +108,16 @@ def explain_figures(res: dict) -> tuple[dict, dict]:
             metrics[f"{key}/images_per_second"] = c["images_per_second"]
             metrics[f"{key}/speedup_vs_fp32"] = c["speedup_vs_fp32"]
     return params, metrics
+
+
+def where(cfg, kind: str, run_id: str | None, out: Path, also: str) -> str:
+    """A measurement's last line: where its report went (files, and the MLflow run when recorded;
+    hostile pass R: bench said neither)."""
+    from ampbench.tracking.store import tracking_uri, ui_command
+
+    files = f"The report: {out.with_suffix('.md')} (also {also})"
+    if not run_id:
+        return f"{files}; not in MLflow (see the error above)."
+    ui = ui_command(tracking_uri())
+    start = f"; start the UI first: {ui}" if ui else ""
+    return f"{files}; MLflow run {run_id} in experiment {cfg.tracking.experiment}-{kind}{start}"

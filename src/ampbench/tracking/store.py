@@ -17,8 +17,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shlex
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +25,15 @@ from ampbench.chains import chain, warning_as_error
 from ampbench.paths import unwritable
 from ampbench.tracking import faults
 
-UI_DEFAULT = "http://127.0.0.1:5000"  # `mlflow ui` as the README starts it
+# Re-exported ("as"): where the store is, and where a person opens it, are read through here too.
+from ampbench.tracking.locations import UI_DEFAULT as UI_DEFAULT
+from ampbench.tracking.locations import repo_root as repo_root
+from ampbench.tracking.locations import runs_link as runs_link
+from ampbench.tracking.locations import sqlite_file, tracking_uri
+from ampbench.tracking.locations import ui_base as ui_base
+from ampbench.tracking.locations import ui_command as ui_command
+from ampbench.tracking.locations import where_the_runs_are as where_the_runs_are
+
 # Opening or creating a store holds `store_lock` for about a second (a new store's migration: a
 # few); a holder that keeps it far longer is stopped or hung, and waiting on it would hang us too.
 STORE_LOCK_TIMEOUT_S = 30.0
@@ -38,79 +44,6 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be used; the message says which and how to fix it."""
 
 
-def repo_root() -> Path:
-    """DVC_ROOT when DVC runs us (also for `dvc exp run --temp`), else the folder holding dvc.yaml."""
-    if os.environ.get("DVC_ROOT"):
-        return Path(os.environ["DVC_ROOT"]).resolve()
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "dvc.yaml").exists():
-            return folder
-    return here
-
-
-def tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, else the project's mlflow.db. A relative sqlite path is the project
-    root's: a stage of `dvc exp run --temp` or of the queue runs in a temporary copy, and a store
-    there went with it (hostile pass P: exit 0, every run lost)."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return f"sqlite:///{repo_root() / 'mlflow.db'}"
-    database = _sqlite_file(uri)
-    if database is None or database.is_absolute():
-        return uri
-    from sqlalchemy.engine import make_url
-
-    return make_url(uri).set(database=str(repo_root() / database)).render_as_string(hide_password=False)
-
-
-def where_the_runs_are() -> str:
-    """The fix when this store lacks runs a file names: under MLFLOW_TRACKING_URI, the store that
-    has them; without it the repo's mlflow.db was replaced or emptied (hostile pass P: "unset it for
-    the repo's mlflow.db", said with it unset)."""
-    if "MLFLOW_TRACKING_URI" in os.environ:
-        return "point MLFLOW_TRACKING_URI at the store that holds them (unset it for the repo's mlflow.db)"
-    return "this is the repo's mlflow.db, replaced or emptied since: put back the one that holds them"
-
-
-def ui_base(uri: str) -> str:
-    """Where a person opens the UI for this store: the server itself, or `mlflow ui`'s default."""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI_DEFAULT
-
-
-def ui_command(uri: str) -> str:
-    """The command that serves a sqlite store's UI at the link's address; "" for a server's URI."""
-    if not uri.startswith("sqlite:"):
-        return ""  # a tracking server: the link opens it
-    mlflow = Path(sys.executable).absolute().with_name("mlflow")  # this venv's, absolute: any folder
-    program = shlex.quote(str(mlflow)) if mlflow.exists() else "mlflow"
-    return f"{program} ui --backend-store-uri {shlex.quote(uri)}"
-
-
-def runs_link(uri: str, experiment_id: str) -> str:
-    """A link that opens the study's answer: the nine variant runs as a table of their results.
-
-    The UI decides its landing page by a per-browser workflow type (default: GenAI); the query
-    inside the hash selects the training view and the UI remembers it. ``viewStateShareKey``
-    opens the shared view that ``tracking.view`` stores on the experiment (columns, filter, sort,
-    charts).
-    """
-    from ampbench.tracking.view import SHARE_KEY
-
-    query = f"workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey={SHARE_KEY}"
-    return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
-
-
-def _sqlite_file(uri: str) -> Path | None:
-    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
-    if not uri.startswith("sqlite:"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(uri).database
-    return Path(database) if database and database != ":memory:" else None
-
-
 @contextmanager
 def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
     """Exclusive flock on `<db>.lock` beside a sqlite store; no-op for any other store.
@@ -119,7 +52,7 @@ def store_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S):
     experiment): `duplicate column`, `_alembic_tmp_* already exists`, a store broken for good.
     A lock still held after `timeout_s` raises TrackingError naming its holder.
     """
-    db = _sqlite_file(uri)
+    db = sqlite_file(uri)
     if db is None:
         yield
         return
@@ -186,7 +119,7 @@ def check_sqlite_store(uri: str) -> None:
     """A sqlite store's file is a file this user can write, in a folder that takes new files, or a
     one-line TrackingError now: MLflow itself retries a folder in the file's place for 105 s, and
     logs two tracebacks for a read-only database once the first run is written."""
-    db = _sqlite_file(uri)
+    db = sqlite_file(uri)
     if db is None:
         return
     if db.is_dir():
@@ -288,7 +221,7 @@ def brief(err: BaseException) -> str:
 def store_fault(err: BaseException, uri: str | None = None) -> TrackingError | None:
     """One line for a store fault in err's chain (what failed, which store, the fix), or None."""
     uri = uri or tracking_uri()
-    text = warning_as_error(err) or _missing_driver(err, uri) or faults.describe(err, uri, _sqlite_file(uri))
+    text = warning_as_error(err) or _missing_driver(err, uri) or faults.describe(err, uri, sqlite_file(uri))
     return TrackingError(text) if text else None
 
 
