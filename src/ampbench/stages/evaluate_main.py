@@ -80,7 +80,7 @@ def _evaluate(cfg: Config, args) -> int:
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
     evaluate.check_models(variants, cfg.train.seeds, MODELS_DIR)
-    if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested(), args.overrides or ()):
+    if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested(), getattr(args, "overrides", ())):
         log.warning("%s", changed)
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
     dataset = prepared.load_dataset(DATA_FILE)
