@@ -116,11 +116,16 @@ def test_a_ctrl_c_during_a_save_is_delivered_after_the_rename(tmp_path, monkeypa
     assert torch.load(target) == {"step": 1} and [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM],
+    ids=lambda sig: sig.name,
+)
 def test_sigterm_and_sighup_stop_a_command_with_its_line_and_status(sig, monkeypatch, caplog):
     """Hostile pass G: `ampbench evaluate` and `compare` died of SIGTERM or SIGHUP without a word
     (rc -15, -1), leaving a `compare` run RUNNING for good. Now they stop as Ctrl-C stops them,
-    and an ignored one (nohup's SIGHUP) stays ignored."""
+    and an ignored one (nohup's SIGHUP) stays ignored. Pass Q: SIGQUIT, SIGUSR1/2 and SIGALRM
+    killed download, estimate and compare without a line."""
     import time
 
     def main(cfg, args, argv) -> int:

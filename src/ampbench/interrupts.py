@@ -23,7 +23,12 @@ import threading
 
 came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
 signum = 0  # which
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# and Ctrl-\, a batch system's warnings, `timeout -s ALRM` (hostile pass Q: each killed download,
+# estimate and compare without a line)
+STOPS = (
+    *(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT),
+    *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
+)
 
 
 @contextlib.contextmanager
@@ -33,11 +38,7 @@ def noted():
     global came, signum
     came, signum = False, 0
     main = threading.current_thread() is threading.main_thread()
-    usual = {
-        signal.SIGINT: signal.default_int_handler,
-        signal.SIGTERM: signal.SIG_DFL,
-        signal.SIGHUP: signal.SIG_DFL,
-    }
+    usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
     mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
     for sig in mine:
         signal.signal(sig, _on_sigint)

@@ -69,10 +69,10 @@ def test_a_stop_while_the_data_set_loads_is_a_stop_not_a_damaged_file(
         prepared.load_dataset(path)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2])
+@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM])
 def test_ctrl_backslash_and_a_batch_systems_user_signals_stop_as_sigterm_does(sig, handlers, monkeypatch):
     """Hostile pass N: SIGUSR1 (SLURM's `--signal=USR1@60`, `timeout -s USR1`) and SIGQUIT (Ctrl-\\)
-    ended training with no line, no stop checkpoint, its runs left RUNNING."""
+    ended training with no line, no stop checkpoint, its runs left RUNNING; pass Q: SIGALRM too."""
     monkeypatch.delenv("RANK", raising=False)
     flag = StopFlag()
     flag()  # the loop is there: a stop waits for its step boundary
@@ -106,3 +106,35 @@ def test_a_stop_before_the_first_step_names_an_earlier_checkpoint_kept(tmp_path)
     )
     later = Stopped("stopped at seed 0 epoch 2 step 3; checkpoint saved")
     assert train_main._where(later, work) == f"{later} in {work}/"  # noqa: SLF001
+
+
+@pytest.mark.slow
+def test_a_stop_after_the_last_step_keeps_the_seeds_unpublished_and_the_rerun_trains_nothing(
+    project, monkeypatch, caplog
+):
+    """Hostile pass Q: Ctrl-C right after the last seed's last step said "stopping at the next step
+    boundary", then the stage published, exited 0, and DVC went on to the next stage, evaluate and
+    compare (exit 0). Now the stage stops before publishing: the seeds wait in the work folder, and
+    the same command publishes them without training again."""
+    from ampbench.config import load_config
+    from ampbench.paths import work_root
+    from ampbench.stages import train
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    cfg = load_config(project / "params.yaml")
+    root, models = work_root(cfg.digest()), project / "models"
+    done = root / "single-fp32" / "seed-0" / "model.pt"
+
+    def args(stop):
+        return (cfg, "single", "fp32", models, project / "data/prepared/cifar10.pt", False, stop, root)
+
+    with pytest.raises(Stopped, match="stopped after the last training step, before publishing"):
+        train.train_variant(*args(done.exists))  # the stop comes once the seed is done
+    assert done.exists() and not (models / "single-fp32").exists()
+    caplog.set_level(logging.INFO)
+    (result,) = train.train_variant(*args(lambda: False))
+    assert "already trained in this stage" in caplog.text
+    assert (models / "single-fp32" / "seed-0" / "model.pt").exists() and not root.joinpath(
+        "single-fp32"
+    ).exists()

@@ -28,9 +28,13 @@ log = logging.getLogger(__name__)
 
 PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
 MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"  # `mlflow run` sets it for its entry point's command
-# A stop too: Ctrl-\ (SIGQUIT), and SIGUSR1/2 (a batch system's warning, `scancel --signal`,
-# `timeout -s USR1`; hostile pass N: they ended training without a line, its runs left RUNNING)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# A stop too: Ctrl-\ (SIGQUIT), and SIGUSR1/2 and SIGALRM (a batch system's warning, `scancel
+# --signal`, `timeout -s USR1`; hostile passes N and Q: they ended training without a line, its
+# runs left RUNNING)
+STOP_SIGNALS = (
+    *(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT),
+    *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
+)
 
 
 class StopFlag:

@@ -137,6 +137,9 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
             if strategy.world_size == 1:  # params.yaml changed: no next seed (DDP's ranks go on together)
                 plan.before_publish()
         prog.close()
+        if strategy.any(plan.stop()):  # a stop after the last step boundary (hostile pass Q: dropped,
+            # and the pipeline went on): the seeds wait unpublished; the re-run publishes, trains nothing
+            raise loop.Stopped("stopped after the last training step, before publishing: every seed is kept")
         if strategy.is_main:
             plan.before_publish()  # e.g. params.yaml changed meanwhile: nothing is published
             work_folder.publish(plan.work, models_dir / variant, cfg.train.seeds)

@@ -27,6 +27,7 @@ HELD = {
     signal.SIGTSTP,
     signal.SIGUSR1,
     signal.SIGUSR2,
+    signal.SIGALRM,
 }
 _LIBC = ctypes.CDLL(None)  # loaded once in the server, not with dlopen in a forked child
 

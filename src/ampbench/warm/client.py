@@ -30,7 +30,10 @@ from pathlib import Path
 from ampbench.timing import process_age
 from ampbench.warm import SOCKET_ENV, context
 
-PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+PASSED_ON = (
+    *(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT),
+    *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
+)
 # How long a live server takes to greet a new connection: it serves requests one at a time, each
 # in milliseconds (at most child.receive's 5 s for a client that stalls mid-request). Past this,
 # the server is taken for stopped and the stage runs plain: a false alarm costs one stage's

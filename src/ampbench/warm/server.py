@@ -46,6 +46,9 @@ ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_t
 
 GREETING = b'{"ready": true}\n'  # after accept: this server is alive (not stopped) and reading
 PARENT_GONE = signal.SIGRTMIN + 1  # the command that started this server died: no one sends it
+# A batch system's stop warnings, sent to every process of the job (`scancel --signal=USR1`): the
+# server, killed by one (their default), would stop every stage a second time
+ONE_JOB = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 
 
 def preload() -> dict[str, str]:
@@ -265,7 +268,7 @@ def main() -> int:
     # Not SIGTERM, which is a stop of the whole job whose stages have theirs already: after a
     # kill -9 of the command the server sent none, and a stage trained on as an orphan (pass O).
     child.die_with_parent(PARENT_GONE)
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP, *ONE_JOB):
         signal.signal(sig, signal.SIG_IGN)  # the command's stages hear these through their clients
     return Server(Path(sys.argv[1])).run()
 
