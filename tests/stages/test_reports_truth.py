@@ -461,3 +461,25 @@ def test_a_deleted_run_or_experiment_is_named_as_deleted_with_the_restore(projec
         f"(`MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id {experiment}`), or name "
         "another experiment (tracking.experiment in params.yaml)"
     )
+
+
+def test_a_queued_experiments_answer_names_no_path_in_dvcs_temporary_copy(tmp_path, monkeypatch):
+    """Hostile pass Q: a queued experiment's compare printed "The table and chart:
+    .dvc/tmp/exps/tmp9747mwnw/reports/comparison.md ... cd .dvc/tmp/exps/tmp9747mwnw && dvc metrics
+    show", a folder DVC deletes as the experiment ends."""
+    from ampbench.stages.compare import ending
+
+    copy = tmp_path / "project" / ".dvc" / "tmp" / "exps" / "tmp9747mwnw"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "project"))
+    monkeypatch.setenv("DVC_EXP_NAME", "qc")
+    rows = [
+        {"variant": "single-fp32", "speedup": 1.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+        {"variant": "single-autocast", "speedup": 3.0, "test_accuracy_mean": 0.8, "accuracy_delta": 0.0},
+    ]
+    assert ending(rows, subset=False)[-1] == (
+        "The table and chart are in DVC's temporary copy of this experiment, which goes as it ends; its "
+        "answer stays with it (dvc exp show): `dvc exp apply qc`, then `dvc repro`, writes them in the "
+        "workspace"
+    )

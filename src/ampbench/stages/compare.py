@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ampbench import outputs
 from ampbench.config import Config, ConfigError
-from ampbench.paths import MODELS_DIR, REPORTS_DIR
+from ampbench.paths import MODELS_DIR, REPORTS_DIR, temp_workspace_root
 from ampbench.stages.starting import StartingLine
 from ampbench.variants import VARIANTS, study_variants
 
@@ -113,11 +113,22 @@ def ending(rows: list[dict], subset: bool, mixed: bool = False) -> list[str]:
         lines.append(
             "A demo on a subset: it shows the pipeline end to end, not what AMP buys (the study: make run)."
         )
+    lines.append(_where_the_files_are())
+    return lines
+
+
+def _where_the_files_are() -> str:
+    if temp_workspace_root() is not None:  # hostile pass Q: a path into DVC's copy, deleted as it ends
+        name = os.environ.get("DVC_EXP_NAME") or "<experiment>"
+        return (
+            "The table and chart are in DVC's temporary copy of this experiment, which goes as it ends; "
+            f"its answer stays with it (dvc exp show): `dvc exp apply {name}`, then `dvc repro`, writes "
+            "them in the workspace"
+        )
     root = os.environ.get("DVC_ROOT") or os.getcwd()
     reports, here = os.path.relpath(REPORTS_DIR.absolute(), root), os.path.relpath(os.getcwd(), root)
     metrics = "dvc metrics show" if here == "." else f"cd {here} && dvc metrics show"
-    lines.append(f"The table and chart: {reports}/comparison.md, comparison.png; in DVC: {metrics}")
-    return lines
+    return f"The table and chart: {reports}/comparison.md, comparison.png; in DVC: {metrics}"
 
 
 def _caveat(best: dict, rows: list[dict]) -> str:
