@@ -74,6 +74,7 @@ VARIANT_OPTIONS = (
     ("--seeds", "train.seeds", ", e.g. 0,1"),
     ("--data-url", "data.url", ", e.g. a local archive"),
     ("--per-class", "data.train_per_class", ": a balanced subset for a quick run, e.g. 100"),
+    ("--test-per-class", "data.test_per_class", ": test images per class scored, e.g. 100"),
     ("--fc-dim", "model.fc_dim", ", e.g. 256 for a quick run"),
     ("--model", "model.name", ", e.g. torchvision:resnet18 or mypkg.nets:make_model"),
 )

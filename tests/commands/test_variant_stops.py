@@ -75,3 +75,37 @@ def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluatio
         "stopped before the evaluation; to evaluate the trained seeds: ampbench evaluate --parallel single"
         in (caplog.text)
     )
+
+
+def test_the_entry_run_is_named_in_the_store_mlflow_run_records_it_in(tmp_path, monkeypatch):
+    """Hostile pass T: `cd /tmp/x; MLFLOW_TRACKING_URI=sqlite:///k.db mlflow run <project>`: the
+    variant named (and on a stop ended) `mlflow run`'s own run through MLflow's reading of the
+    relative path, from the project: its run kept MLflow's name, or stayed RUNNING, and an empty
+    k.db appeared in the project."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    from ampbench.tracking import locations
+    from conftest import empty_store
+
+    started, project = tmp_path / "x", tmp_path / "project"
+    project.mkdir()
+    started.mkdir()
+    empty_store(started / "k.db")
+    client = MlflowClient(f"sqlite:///{started / 'k.db'}")
+    entry = client.create_run(client.create_experiment("e"), tags={"mlflow.project.entryPoint": "main"})
+    mlflow_run = subprocess.Popen(["sleep", "60"], cwd=started)  # stands for `mlflow run`
+    try:
+        monkeypatch.setattr(locations, "setter_of", lambda variable: mlflow_run.pid)
+        monkeypatch.chdir(project)
+        monkeypatch.setenv("DVC_ROOT", str(project))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///k.db")
+        monkeypatch.setenv("MLFLOW_RUN_ID", entry.info.run_id)
+        variant._name_the_entry_run("single-fp32")
+        variant._end_the_entry_run("KILLED")
+    finally:
+        mlflow_run.kill()
+    run = client.get_run(entry.info.run_id)
+    assert (run.info.run_name, run.info.status) == ("single-fp32 (mlflow run)", "KILLED")
+    assert not (project / "k.db").exists()

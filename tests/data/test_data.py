@@ -717,3 +717,18 @@ def test_download_records_the_class_count_in_source_json(project, tmp_path):
     proc = run_cli(project, "download", "--set", f"data.url={root}", "--set", "data.train_per_class=0")
     assert "9 classes" in proc.stderr
     assert json.loads((project / "data" / "prepared" / "source.json").read_text())["num_classes"] == 9
+
+
+def test_a_quick_variants_shortfall_names_the_parameter_that_fixes_it(monkeypatch):
+    """Hostile pass T: under `mlflow run -P quick=yes` the fix "set data.test_per_class to at most 3"
+    could not be followed (quick's 100 overrides params.yaml) and MLproject had no such parameter."""
+    from ampbench.cli_options import VARIANT_OPTIONS
+
+    monkeypatch.setenv("AMPBENCH_SCOPE", "variant")
+    labels = torch.tensor([0, 1, 0, 1, 0, 1])
+    with pytest.raises(prepared.DataError) as err:
+        prepared.balanced_subset(torch.arange(6), labels, 100, "test", ["cat", "dog"])
+    assert str(err.value).endswith(
+        "give `mlflow run` -P test_per_class=3 (`ampbench variant` --test-per-class 3), or 0 for every image"
+    )
+    assert ("--test-per-class", "data.test_per_class") in [(flag, key) for flag, key, _ in VARIANT_OPTIONS]

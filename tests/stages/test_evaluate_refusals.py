@@ -89,6 +89,34 @@ def test_model_whose_run_is_not_in_the_store_is_refused(project, monkeypatch):
     assert not (project / "reports" / "metrics").exists()
 
 
+def test_a_model_whose_seed_or_variant_run_is_deleted_is_refused_with_the_restore(project, monkeypatch):
+    """Hostile pass T: with the variant run deleted in MLflow, evaluate said "MLflow store ... failed
+    (... must be in the 'active' state ...); check the store"; compare then sent the user back to
+    evaluate, which failed the same way."""
+    from ampbench.stages.evaluate import ModelFileError
+    from ampbench.tracking.tracker import Tracker
+
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(project)
+    tracker = Tracker("cifar10-amp")
+    variant_run = tracker.start("single-fp32", {"ampbench.kind": "variant"})
+    seed_run = tracker.start("single-fp32/seed-0", {"ampbench.kind": "seed"}, parent=variant_run)
+    model = dataclasses.replace(
+        _fake_model(project, "single-fp32", 0, run_id=seed_run), variant_run_id=variant_run
+    )
+    model.save(project / SEED0 / "model.pt")
+    tracker.client.delete_run(variant_run)
+    with pytest.raises(ModelFileError) as err:
+        _evaluate(project, "single-fp32", tracker)
+    restore = f"`MLFLOW_TRACKING_URI={uri} mlflow runs restore --run-id {variant_run}`"
+    assert str(err.value).startswith(
+        f"{project / SEED0 / 'model.pt'} was trained in MLflow run {variant_run}, deleted in store {uri} "
+        f"(in its trash): restore it ({restore}) and re-run"
+    ), err.value
+    assert not (project / "reports" / "metrics").exists()
+
+
 def test_evaluate_logs_each_model_as_a_reference_with_its_scores(project, monkeypatch):
     """tracking.log_model: reference (the default): one external MLflow model per seed, pointing at
     the model file, the seed's test scores linked to it, and no copy of the weights in the store."""

@@ -52,6 +52,25 @@ def test_a_seed_run_deleted_while_its_stage_was_stopped_is_named_on_resume(tmp_p
     assert stage.tracker.client.get_run(run_id).info.lifecycle_stage == "deleted"  # nothing else done
 
 
+def test_a_checkpoints_run_of_another_store_is_named_not_the_store(tmp_path, monkeypatch):
+    """Hostile pass T: a stage stopped under another MLFLOW_TRACKING_URI, resumed under this one:
+    "MLflow store ... failed (MlflowException: Run with id=... not found); check the store"."""
+    stage, job, digest = _stage_and_job(tmp_path, monkeypatch)
+    elsewhere = "ab" * 16  # a run of another store
+    resume = types.SimpleNamespace(run_id=elsewhere, hooks=None)
+    with pytest.raises(TrackingError) as refused:
+        train_runs.open_seed_run(stage, job, "single-fp32", digest, {}, resume)
+    said = str(refused.value)
+    assert said.startswith(
+        f"single-fp32: seed 0's MLflow run {elsewhere}, which its kept work continues, is not in store "
+        f"{stage.tracker.uri}: point MLFLOW_TRACKING_URI at the store that holds them"
+    ), said
+    assert (
+        "afresh (`ampbench train --parallel single --precision fp32 --fresh`; its kept work is discarded)"
+        in said
+    )
+
+
 def _saved(run_id: str) -> types.SimpleNamespace:
     result = types.SimpleNamespace(params=dict, metrics=dict, diverged=False)
     return types.SimpleNamespace(

@@ -139,6 +139,8 @@ def _on_the_entry_run(change) -> None:
     from ampbench.tracking import launcher, store
 
     with contextlib.suppress(Exception), store.http_limits(5, retries=0):
-        client = MlflowClient()
+        # the store as the stages read it: MLflow's own reading of a relative sqlite path is from
+        # this folder, not `mlflow run`'s (hostile pass T: its run left unnamed, or RUNNING)
+        client = MlflowClient(store.tracking_uri())
         if not launcher.problem(client, run_id):  # a left-over id names another run: the stage says so
             change(client, run_id)

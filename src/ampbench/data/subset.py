@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ampbench.data.errors import DataError
@@ -22,10 +24,14 @@ def balanced_subset(
         first = min(short)
         name = classes[first] if first < len(classes) else first
         more = f" ({len(short)} classes have fewer)" if len(short) > 1 else ""
+        fewest, flag = min(short.values()), "per_class" if split == "train" else "test_per_class"
+        fix = f"set data.{split}_per_class to at most {fewest}"
+        if os.environ.get("AMPBENCH_SCOPE") == "variant":  # hostile pass T: quick=yes's 100 wins over params
+            option = f"--{flag.replace('_', '-')} {fewest}"
+            fix = f"give `mlflow run` -P {flag}={fewest} (`ampbench variant` {option})"
         raise DataError(
             f"data.{split}_per_class={per_class} asks for {per_class} {split} images per class, but class "
-            f"{str(name)!r} has {short[first]}{more}: set data.{split}_per_class to at most "
-            f"{min(short.values())}, or 0 for every image"
+            f"{str(name)!r} has {short[first]}{more}: {fix}, or 0 for every image"
         )
     keep = [(labels == c).nonzero().flatten()[:per_class] for c in counts]
     order = torch.cat(keep).sort().values  # restore the original interleaving of classes

@@ -27,7 +27,7 @@ from ampbench.config import Config, ModelConfig
 from ampbench.paths import missing
 from ampbench.report import mixed
 from ampbench.timing import StageClock
-from ampbench.tracking import evaluate_runs, store
+from ampbench.tracking import evaluate_runs, store, trash
 from ampbench.tracking.metric_names import class_keys
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
@@ -245,6 +245,9 @@ def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tra
         )
     if tracker is not None:
         _check_run_in_store(tracker, saved.run_id, path)
+        runs = (saved.run_id, saved.variant_run_id)
+        if line := trash.in_trash(tracker, runs, f"{path} was trained in", _retrain_hint(path)):
+            raise ModelFileError(line)
 
 
 def check_classes(saved: ModelFile, classes: list[str], path: Path) -> None:
