@@ -55,6 +55,14 @@ def test_yaml_anchors_and_aliases_are_refused(tmp_path, text):
     _one_line(err)
 
 
+def test_a_yaml_merge_key_is_refused_in_one_line(tmp_path):
+    """Hostile pass T: `<<: {lr: 0.1}` said "could not determine a constructor for the tag
+    'tag:yaml.org,2002:merge'"."""
+    with pytest.raises(ConfigError, match=r"line 2: YAML merge key << is not allowed") as err:
+        load_config(_params(tmp_path, "train:\n  <<: {lr: 0.1}\n  epochs: 1\n"))
+    _one_line(err)
+
+
 def test_a_params_file_over_1_mb_is_refused_unread(tmp_path):
     path = _params(tmp_path, "train:\n  epochs: 1\n" + "#" * MAX_BYTES + "\n")
     with pytest.raises(ConfigError, match="larger than 1 MB") as err:

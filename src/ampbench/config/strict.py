@@ -75,6 +75,13 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
+            if (
+                key_node.tag == "tag:yaml.org,2002:merge"
+            ):  # hostile pass T: "could not determine a constructor"
+                raise _Refused(
+                    "YAML merge key << is not allowed in a params file; write the values out",
+                    key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) or key is None:
                 if key in seen:
