@@ -84,3 +84,20 @@ def test_a_notebooks_mplbackend_does_not_stop_the_charts():
     for setup, ok in (("", False), ("from ampbench import output; output.charts_to_files(); ", True)):
         proc = subprocess.run([sys.executable, "-c", setup + draw], env=env, capture_output=True, text=True)
         assert (proc.returncode == 0 and "drawn" in proc.stdout) is ok, proc.stderr[-500:]
+
+
+def test_no_line_shows_a_urls_password(capsys):
+    """Hostile pass T: `MLFLOW_TRACKING_URI=postgresql://u:pw@localhost/db` without its driver: the
+    one line printed the password in clear."""
+    from ampbench import output
+
+    root = logging.getLogger()
+    before = root.handlers[:]
+    root.handlers = []
+    try:
+        output.logging_to_stderr(verbose=False)
+        logging.getLogger("ampbench").error("store %s failed", "postgresql://u:s3cret@localhost/db")
+    finally:
+        root.handlers = before
+    said = capsys.readouterr().err
+    assert "store postgresql://***@localhost/db failed" in said and "s3cret" not in said

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 
@@ -19,6 +20,8 @@ def logging_to_stderr(verbose: bool) -> None:
         else "%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[BarSafeHandler()],
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_no_credentials)
     if not verbose:
         # MLflow's "Creating initial MLflow database tables...", and its traceback of a failed
         # transaction (a full disk) before the error reaches our one line: not the user's business
@@ -31,6 +34,23 @@ def logging_to_stderr(verbose: bool) -> None:
         # "Retrying (Retry(total=0, ...)) after connection broken by ..." of a tracking server that
         # went away: eight lines before our one (hostile pass WARN), which says what to do
         logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+
+
+def hide_credentials(text: str) -> str:
+    """``text`` with the user name and password of any URL in it replaced by ***."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _no_credentials(record: logging.LogRecord) -> bool:
+    """No line shows a URL's password (hostile pass T: `MLFLOW_TRACKING_URI=postgresql://u:pw@...`
+    was printed whole in the missing-driver line; data.url's is refused, and hidden, already)."""
+    message = record.getMessage()
+    if (hidden := hide_credentials(message)) != message:
+        record.msg, record.args = hidden, ()
+    return True
 
 
 class BarSafeHandler(logging.StreamHandler):

@@ -18,6 +18,7 @@ import yaml
 import ampbench.config.rules as config_rules
 from ampbench.config.settings import Config, ConfigError
 from ampbench.config.strict import cut, fix_for, parse_value, read_params, shown
+from ampbench.output import hide_credentials
 
 # The largest integer a setting may hold (a C long): beyond it no count makes sense.
 INT_LIMIT = 2**63 - 1
@@ -177,7 +178,7 @@ def _with_source(problem: str, overrides: typing.Iterable[str]) -> str:
     for item in reversed(list(overrides)):
         key = item.partition("=")[0].strip()
         if key and problem.startswith((f"{key}:", f"{key}[")):
-            return f"{problem} (from --set {shown(config_rules.hide_credentials(item))})"
+            return f"{problem} (from --set {shown(hide_credentials(item))})"
     return problem
 
 

@@ -21,6 +21,7 @@ from ampbench.config.settings import (
     Config,
 )
 from ampbench.config.strict import shown
+from ampbench.output import hide_credentials
 
 # model.name's forms (training/factory.py resolves them and lists torchvision's names on a miss).
 MODEL_NAME = re.compile(r"alexnet|torchvision:\w+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -50,14 +51,6 @@ def problems(cfg: Config) -> list[str]:
     rules = _train_rules(cfg) + _other_rules(cfg)
     found = [f"{key}: {shown(_get(cfg, key))} {why}" for key, ok, why in rules if not ok]
     return found + _credentials(cfg.data.url) + _seed_ranges(cfg.train.seeds) + _bounds(cfg)
-
-
-_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
-
-
-def hide_credentials(text: str) -> str:
-    """``text`` with the user name and password of any URL in it replaced by ***."""
-    return _USERINFO.sub(r"\1***@", text)
 
 
 def _credentials(url: str) -> list[str]:
