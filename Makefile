@@ -47,7 +47,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # waits for a command in the foreground: so the command runs in the background (stdin kept as fd
 # 3; AMPBENCH_MAKE_JOB tells it that Ctrl-C is still its own) and the shell passes SIGTERM on.
 RESUME = make $@$(if $(DATA), DATA=$(call q,$(DATA)))
-STOPPABLE = trap 'signalled=1' INT HUP; trap 'signalled=1; kill -TERM $$job 2>/dev/null' TERM; \
+STOPPABLE = trap 'signalled=1' INT HUP QUIT USR1 USR2 ALRM; trap 'signalled=1; kill -TERM $$job 2>/dev/null' TERM; \
 	export AMPBENCH_RESUME_COMMAND=$(call q,$(RESUME)) AMPBENCH_MAKE_JOB=1; exec 3<&0; \
 	$(abspath $(PY)) -m ampbench.dvc_run $(1) <&3 3<&- & job=$$!; wait $$job; status=$$?; \
 	while kill -0 $$job 2>/dev/null; do wait $$job; status=$$?; done; \

@@ -47,7 +47,12 @@ from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Ctrl-\, a batch system's warnings and `timeout -s ...` too (hostile pass S: a job-wide SIGUSR1
+# killed this command, its DVC locks left behind, while its stage saved and said so)
+STOPS = (
+    *(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT),
+    *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
+)
 STOP_STATUS = {code: sig for sig in STOPS for code in (128 + sig, -sig)}
 # died of SIGKILL: -9 when the shell execs the command (bash), 137 when it waits on it (dash)
 KILLED_STATUS = (-signal.SIGKILL, 128 + signal.SIGKILL)
@@ -133,7 +138,8 @@ class Quiet(logging.Filter):
         sys.__unraisablehook__(unraisable)
 
     def on_sigterm(self, signum, frame) -> None:
-        """SIGTERM, and SIGHUP (the terminal or SSH session of `make run` closed): a stop."""
+        """SIGTERM, SIGHUP (the terminal or SSH session of `make run` closed) and the other STOPS
+        but SIGINT: a stop."""
         if self.signum == signum:  # the same stop again (a whole job's, then make's forward)
             return
         self.signum = signum
@@ -252,9 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(quiet)
         _quiet_ui()
-        signal.signal(signal.SIGTERM, quiet.on_sigterm)
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's is kept
-            signal.signal(signal.SIGHUP, quiet.on_sigterm)  # else this died at once, and make said so
+        for sig in STOPS[1:]:  # SIGINT's is above
+            if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's kept
+                signal.signal(sig, quiet.on_sigterm)  # else this died at once, and make said so
         _stop_when_make_is_gone()
         with scope.serving():
             status = dvc_main(dvc_guard.quoted_overrides(argv))

@@ -208,3 +208,29 @@ def test_ctrl_c_during_make_runs_estimate_is_one_line_naming_make_run(tmp_path: 
         "To run the study: make run"
     ), out
     assert "dvc repro" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGQUIT])
+def test_a_batch_systems_signal_to_the_whole_job_stops_the_pipeline_with_its_status(
+    tmp_path: Path, procs, sig
+):
+    """Hostile pass S: SIGQUIT or SIGUSR2 to the group of `python -m ampbench.dvc_run` (`scancel
+    --signal`, Ctrl-\\, `timeout -s`): the stage saved, but the pipeline command died of it (-3,
+    -12, no line), its DVC locks left for the next run to warn about. Now it waits for its stage
+    and ends with 128 + the signal."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    archive = image_folder_archive(tmp_path, per_class=LONG_DATA, test_per_class=3)
+    _make_project(proj)
+    env = venv_env(PYTHONPATH=str(proj / "src"))
+    cmd = [sys.executable, "-m", "ampbench.dvc_run", "exp", "run", "-S", f"data.url={archive}"]
+    proc = procs.start(proj, cmd=cmd, env=env, name="stop")
+    wait_for_checkpoint(proc, proj / "checkpoints/single-fp32/seed-0/checkpoint.pt", proj / "stop.log")
+    os.killpg(proc.pid, sig)
+    assert proc.wait(120) == 128 + sig, (proj / "stop.log").read_text()[-3000:]
+    out = (proj / "stop.log").read_text()
+    assert re.search(
+        r"stopped at seed 0 epoch \d+ step \d+; checkpoint saved in checkpoints/single-fp32/", out
+    )
+    assert "Traceback" not in out and "failed to reproduce" not in out, out
