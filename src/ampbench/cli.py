@@ -39,7 +39,7 @@ from ampbench.paths import unreadable_folder
 
 # Imported now, not when a fault happens: a command that ran out of memory (a tight `ulimit -v`)
 # can still say so in one line (hostile re-run: the fault path's own import failed, a second traceback).
-from ampbench.tracking import faults, store  # neither imports MLflow nor torch
+from ampbench.tracking import faults, locations, store  # neither imports MLflow nor torch
 
 log = logging.getLogger("ampbench")
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     output.printable()
     output.charts_to_files()
+    locations.pin_tracking_uri()  # before any stage or helper reads it
     output.logging_to_stderr(args.verbose)
     cfg = None
     try:

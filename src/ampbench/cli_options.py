@@ -81,6 +81,18 @@ VARIANT_OPTIONS = (
 YES, NO = ("yes", "true", "1"), ("no", "false", "0", "")
 
 
+def variant_fix(*keys: str) -> str:
+    """Under `mlflow run` / `ampbench variant` (its quick run overrides params.yaml), the parameters
+    that set ``keys``, as a note for a fix naming them (hostile pass U); "" elsewhere."""
+    import os
+
+    if os.environ.get("AMPBENCH_SCOPE") != "variant":
+        return ""
+    flags = {key: flag for flag, key, _ in VARIANT_OPTIONS}
+    named = [flags[key][2:].replace("-", "_") for key in keys if key in flags]
+    return f" (`mlflow run`: {', '.join(f'-P {name}=' for name in named)})" if named else ""
+
+
 def yes_no(text: str) -> bool:
     if text.strip().lower() in YES + NO:
         return text.strip().lower() in YES

@@ -732,3 +732,21 @@ def test_a_quick_variants_shortfall_names_the_parameter_that_fixes_it(monkeypatc
         "give `mlflow run` -P test_per_class=3 (`ampbench variant` --test-per-class 3), or 0 for every image"
     )
     assert ("--test-per-class", "data.test_per_class") in [(flag, key) for flag, key, _ in VARIANT_OPTIONS]
+
+
+def test_a_quick_variants_too_short_schedule_names_its_parameters(monkeypatch):
+    """Hostile pass U: under `mlflow run -P quick=yes` "raise train.epochs or lower
+    train.batch_size" named settings that quick's own override: the -P parameters are named too."""
+    from ampbench.config import ConfigError
+    from ampbench.training import loader
+
+    data = {"train_labels": torch.zeros(40, dtype=torch.long)}
+    with pytest.raises(ConfigError) as plain:
+        loader.check_batch(20, data, epochs=1)
+    assert "mlflow run" not in str(plain.value)
+    monkeypatch.setenv("AMPBENCH_SCOPE", "variant")
+    with pytest.raises(ConfigError) as quick:
+        loader.check_batch(20, data, epochs=1)
+    assert str(quick.value).endswith(
+        "raise train.epochs or lower train.batch_size (`mlflow run`: -P epochs=, -P batch_size=)"
+    )

@@ -40,7 +40,12 @@ def test_under_mlflow_run_a_relative_sqlite_store_is_the_folder_mlflow_run_start
     monkeypatch.chdir(started)  # this process stands for `mlflow run`, which set MLFLOW_RUN_ID
     monkeypatch.setattr(locations, "setter_of", lambda variable: os.getpid())
     assert store.tracking_uri() == f"sqlite:///{started}/rel.db"
-    monkeypatch.setattr(locations, "setter_of", lambda variable: None)  # none found: the project's
+    locations.pin_tracking_uri()  # as every command does when it starts
+    # hostile pass U: read again after `mlflow run` was killed (its folder gone from /proc), the
+    # path was the project's: its run left RUNNING, an empty store made in the project
+    monkeypatch.setattr(locations, "setter_of", lambda variable: None)
+    assert store.tracking_uri() == f"sqlite:///{started}/rel.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///rel.db")  # none found: the project's
     assert store.tracking_uri() == f"sqlite:///{root}/rel.db"
 
 

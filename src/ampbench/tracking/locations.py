@@ -40,6 +40,15 @@ def tracking_uri() -> str:
     return make_url(uri).set(database=str(relative_to() / database)).render_as_string(hide_password=False)
 
 
+def pin_tracking_uri() -> None:
+    """MLFLOW_TRACKING_URI with a relative sqlite path made absolute, once, as the command starts:
+    read later, after `mlflow run` was killed, its folder was gone from /proc and the path was read
+    from the project instead (hostile pass U: its run left RUNNING, an empty store made there)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri and (pinned := tracking_uri()) != uri:
+        os.environ["MLFLOW_TRACKING_URI"] = pinned
+
+
 def relative_to() -> Path:
     """The folder a relative sqlite path is read from: `mlflow run`'s (the process that set
     MLFLOW_RUN_ID for its entry point's command), else the project root."""

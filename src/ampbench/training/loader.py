@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ampbench.cli_options import variant_fix
 from ampbench.config import ConfigError
 
 
@@ -139,12 +140,14 @@ def check_batch(global_batch: int, data: dict, epochs: int | None = None) -> Non
         raise ConfigError(
             f"train.batch_size={global_batch} is larger than the train set ({n} images); "
             "lower train.batch_size or raise data.train_per_class"
+            + variant_fix("train.batch_size", "data.train_per_class")
         )
     steps = (epochs or 0) * (n // global_batch)
     if epochs is not None and steps < ONE_CYCLE_MIN_STEPS:
         raise ConfigError(
             f"only {steps} training steps (train.epochs x train set / train.batch_size): the one-cycle "
             f"schedule needs at least {ONE_CYCLE_MIN_STEPS}; raise train.epochs or lower train.batch_size"
+            + variant_fix("train.epochs", "train.batch_size")
         )
 
 
