@@ -40,10 +40,24 @@ def refuse_deleted(tracker, run_id: str, whose: str, variant: str, again: str | 
             f"so this stage cannot go on with it: restore it ({restore_command(tracker, run_id)}) and "
             f"re-run, or {afresh}"
         )
-    raise TrackingError(
-        f"{variant}: {whose} MLflow run {run_id}, which its kept work continues, is not in store "
-        f"{tracker.uri}: {where_the_runs_are()}, and re-run; or {afresh}"
-    )
+    if absent(tracker, run_id):  # not a store that does not answer: its outage is said where it is met
+        raise TrackingError(
+            f"{variant}: {whose} MLflow run {run_id}, which its kept work continues, is not in store "
+            f"{tracker.uri}: {where_the_runs_are()}, and re-run; or {afresh}"
+        )
+
+
+def absent(tracker, run_id: str) -> bool:
+    """Whether the store answers that it has no run ``run_id`` (not: it does not answer)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tracker.client.get_run(run_id)
+    except MlflowException as err:
+        return err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
+    except Exception:  # noqa: BLE001 - a store that does not answer: not this question's
+        return False
+    return False
 
 
 def in_trash(tracker, run_ids, what: str, otherwise: str) -> str:
