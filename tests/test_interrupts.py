@@ -166,3 +166,21 @@ def test_a_compare_run_stopped_while_it_publishes_ends_killed(tmp_path, monkeypa
         compare_runs.log_comparison(tracker, [], [], [], "")
     [run] = tracker.client.search_runs([tracker.experiment_id()])
     assert (run.info.run_name, run.info.status) == ("compare", "KILLED")
+
+
+def test_a_ctrl_c_while_the_store_path_is_pinned_is_a_stop_line(monkeypatch, caplog):
+    """Hostile pass V: Ctrl-C in the first 0.3 s of a command (`mlflow run`'s, with its relative
+    sqlite MLFLOW_TRACKING_URI) came while SQLAlchemy loaded, before the command's stop handling:
+    a 20-40 line KeyboardInterrupt traceback. Now it is the command's one stop line."""
+    from ampbench.tracking import locations
+
+    def pin() -> None:
+        raise KeyboardInterrupt  # a Ctrl-C while SQLAlchemy loads
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(locations, "pin_tracking_uri", pin)
+    assert cli.main(["compare"]) == 130
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "interrupted (Ctrl-C): `ampbench compare` stopped before it finished; run the same command again"
+    ]

@@ -145,10 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     output.printable()
     output.charts_to_files()
-    locations.pin_tracking_uri()  # before any stage or helper reads it
     output.logging_to_stderr(args.verbose)
     cfg = None
     try:
+        # before any stage or helper reads it; in here, a Ctrl-C while it loads SQLAlchemy is a stop
+        # line, not a traceback (hostile pass V)
+        locations.pin_tracking_uri()
         if fault := unreadable_folder():
             raise ConfigError(fault)
         cfg = load_config(args.params, all_overrides(args))

@@ -44,8 +44,9 @@ def pin_tracking_uri() -> None:
     """MLFLOW_TRACKING_URI with a relative sqlite path made absolute, once, as the command starts:
     read later, after `mlflow run` was killed, its folder was gone from /proc and the path was read
     from the project instead (hostile pass U: its run left RUNNING, an empty store made there)."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri and (pinned := tracking_uri()) != uri:
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    relative = uri.startswith("sqlite:///") and not uri.startswith("sqlite:////")  # no SQLAlchemy else
+    if relative and (pinned := tracking_uri()) != uri:
         os.environ["MLFLOW_TRACKING_URI"] = pinned
 
 
