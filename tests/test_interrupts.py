@@ -184,3 +184,38 @@ def test_a_ctrl_c_while_the_store_path_is_pinned_is_a_stop_line(monkeypatch, cap
     assert errors == [
         "interrupted (Ctrl-C): `ampbench compare` stopped before it finished; run the same command again"
     ]
+
+
+EARLY_CTRL_C = """
+import os, signal, sys, time
+
+class CtrlCWhileTheCommandLineLoads:  # a meta path finder: the keypress lands inside an import
+    def find_spec(self, name, path=None, target=None):
+        if name == "ampbench.cli_options":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        return None
+
+sys.meta_path.insert(0, CtrlCWhileTheCommandLineLoads())
+"""
+
+
+@pytest.mark.parametrize(
+    "how", [["-m", "ampbench"], ["-c", "import sys; from ampbench.entry import run; run()"]]
+)
+def test_a_ctrl_c_while_the_command_line_loads_is_one_line(how, tmp_path):
+    """Hostile pass V: a Ctrl-C in a command's first 0.1 s, while cli.py's own imports ran, was a
+    KeyboardInterrupt traceback. `python -m ampbench` and the console script (entry.run) alike."""
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(EARLY_CTRL_C, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "src")])}
+    argv = [*how, "compare"] if how[0] == "-m" else [*how]
+    proc = subprocess.run(
+        [sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("interrupted (Ctrl-C): `ampbench ")
+    assert "stopped before it started; run the same command again" in proc.stderr
+    assert proc.returncode == 128 + signal.SIGINT

@@ -1,6 +1,6 @@
 """`python -m ampbench` is the same as the `ampbench` command."""
 
-from ampbench.cli import run
+from ampbench.entry import run
 
 if __name__ == "__main__":
     raise SystemExit(run())

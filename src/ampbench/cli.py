@@ -141,6 +141,7 @@ def _function(target: str):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in HELPERS:
+        interrupts.command_started()
         return _function(HELPERS[argv[0]])(*argv[1:])
     args = _parse(argv)
     output.printable()
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     output.logging_to_stderr(args.verbose)
     cfg = None
     try:
+        interrupts.command_started()  # from here a Ctrl-C is this command's stop line, or its stage's stop
         # before any stage or helper reads it; in here, a Ctrl-C while it loads SQLAlchemy is a stop
         # line, not a traceback (hostile pass V)
         locations.pin_tracking_uri()

@@ -29,6 +29,15 @@ STOPS = (
     *(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT),
     *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
 )
+# ampbench.entry's Ctrl-C handler while the command line loads: one line, at once (nothing ran yet)
+before_start: object = None
+
+
+def command_started() -> None:
+    """cli.main's command is there: a Ctrl-C is Python's KeyboardInterrupt again (``noted``
+    takes it), no longer ``before_start``'s line."""
+    if before_start is not None and signal.getsignal(signal.SIGINT) is before_start:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from ampbench import interrupts
 from ampbench.checkpoints import work as work_folder
 from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config
@@ -83,17 +84,9 @@ def train_variant(
         if strategy.is_main:
             tracker = Tracker.from_config(cfg)
             tracker.preflight()
-            again = work_folder.fresh_command(command) if command else None
-            stage = train_runs.Stage(
-                tracker,
-                train_runs.variant_run(tracker, work, variant, cfg, fresh, again),
-                data_file,
-                cfg,
-                fresh,
-            )
-            stage.fresh_command = again
+            stage = train_runs.Stage(tracker, "", data_file, cfg, fresh)  # its variant run: _train_seeds
+            stage.fresh_command = work_folder.fresh_command(command) if command else None
             log.debug("%s: MLflow runs at %s", variant, tracker.link())  # compare prints it, last
-        clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         seeds = _SeedPlan(cfg, precision_name, strategy, dataset, work, stop, fresh)
         seeds.extra = {"per_process_batch": per_process, **tf32}
         seeds.before_publish = before_publish or (lambda: None)
@@ -127,8 +120,15 @@ class _SeedPlan:
 def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_dir: Path) -> list[Trained]:
     """Each seed in turn, then publish; the variant run ends FINISHED, KILLED or FAILED."""
     cfg, strategy = plan.cfg, plan.strategy
-    monitor = train_runs.system_metrics(stage, stage.variant_run_id) if stage else None
+    monitor = None
     try:
+        if stage:  # a stop while the run is made waits until variant.json names it, then ends it
+            with interrupts.held():  # KILLED below (hostile pass V: left RUNNING for good)
+                stage.variant_run_id = train_runs.variant_run(
+                    stage.tracker, plan.work, variant, cfg, plan.fresh, stage.fresh_command
+                )
+            monitor = train_runs.system_metrics(stage, stage.variant_run_id)
+        clock.mark("setup")  # CUDA and process group, data, MLflow store and variant run
         results = []
         prog = progress.for_stage(cfg, variant, plan.dataset, strategy, models_dir, work_dir, plan.overrides)
         for seed in cfg.train.seeds:
@@ -173,14 +173,15 @@ def _train_one(
     resume = work_folder.load_resume(
         job.checkpoint_path, digest, variant, fresh, strategy, job.cfg.digested()
     )
-    run_id, hooks = (
-        train_runs.open_seed_run(stage, job, variant, digest, extra, resume, fresh) if main else (None, None)
-    )
-    meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
+    run_id, hooks, meta = None, None, {}
     try:
+        if main:  # a stop while the seed's run is made waits until run.json names it (as the variant's)
+            with interrupts.held():
+                run_id, hooks = train_runs.open_seed_run(stage, job, variant, digest, extra, resume, fresh)
+        meta = {"config_digest": digest, "variant": variant, "run_id": run_id}
         out = loop.train_seed(job, hooks, resume, meta)
     except BaseException as err:
-        if main:
+        if main and hooks:
             train_runs.end_seed_run(
                 stage, run_id, hooks, "KILLED" if isinstance(err, loop.Stopped) else "FAILED"
             )

@@ -59,7 +59,8 @@ def log_breakdown(stage: Stage, clock: StageClock, results: list[SeedResult]) ->
 
 
 def end_variant_run(stage: Stage | None, status: str) -> None:
-    if stage and stage.variant_run_id != stage.tracker.launcher_run_id:  # `mlflow run` ends its own
+    # none yet: its making was refused; `mlflow run` ends its own
+    if stage and stage.variant_run_id and stage.variant_run_id != stage.tracker.launcher_run_id:
         stage.tracker.end_quietly(stage.variant_run_id, status)
 
 
@@ -69,7 +70,7 @@ class Stage:
     def __init__(
         self, tracker: Tracker, variant_run_id: str, data_file: Path, cfg: Config, fresh: bool = False
     ) -> None:
-        self.tracker, self.variant_run_id = tracker, variant_run_id
+        self.tracker, self.variant_run_id = tracker, variant_run_id  # "": not made yet
         self.fresh = fresh  # `--fresh`: its re-run would train the finished seeds again
         self.fresh_command: str | None = None  # the stage's own command with --fresh, where known
         self.data_digest = prepared.file_digest(data_file)

@@ -1,0 +1,41 @@
+"""A stop that comes while a train stage makes its MLflow runs waits until the run is named in
+the work folder (variant.json, seed-<s>/run.json), then stops the stage with that run KILLED
+(hostile pass V: Ctrl-C of `mlflow run` between the variant run's making and variant.json left
+the run RUNNING for good, and the re-run started another beside it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from ampbench import cli
+from ampbench.tracking.tracker import Tracker
+from conftest import WORK0, runs
+
+
+@pytest.mark.slow  # a train stage in this process (stopped before its first step)
+@pytest.mark.parametrize("making", ["variant_run", "log_dataset"])  # the variant's run, a seed's
+def test_a_stop_while_a_run_is_made_ends_it_killed_and_names_it(making, project, monkeypatch, handlers):
+    made = getattr(Tracker, making)
+
+    def stopped_meanwhile(self, *args, **kwargs):
+        answer = made(self, *args, **kwargs)  # the run exists; its id is not yet in the work folder
+        os.kill(os.getpid(), signal.SIGINT)
+        return answer
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("AMPBENCH_WARM", "0")
+    monkeypatch.setattr(Tracker, making, stopped_meanwhile)
+    assert cli.main(["train", "--parallel", "single", "--precision", "fp32"]) == 128 + signal.SIGINT
+    made_runs = runs(project)
+    assert made_runs and {r.info.status for r in made_runs} == {"KILLED"}  # none left RUNNING
+    (variant,) = runs(project, kind="variant")
+    work = project / WORK0.parent
+    assert json.loads((work / "variant.json").read_text(encoding="utf-8"))["run_id"] == variant.info.run_id
+    for seed in runs(project, kind="seed"):  # the re-run continues it, not another beside it
+        assert json.loads((project / WORK0 / "run.json").read_text(encoding="utf-8"))["run_id"] == (
+            seed.info.run_id
+        )
