@@ -508,7 +508,8 @@ def handlers():
     """The stop signals' handlers put back after a test that installs a stage's own (StopFlag)."""
     from ampbench.stages.stop import STOP_SIGNALS
 
-    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    saved, hook = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}, sys.unraisablehook
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+    sys.unraisablehook = hook  # and the finalizers' hook a StopFlag sets

@@ -1,15 +1,15 @@
-"""The `ampbench` command's first instant (``python -m ampbench`` too).
+"""The `ampbench` command's first instant (``python -m ampbench`` too); imported by nothing else.
 
 A Ctrl-C while the command line's own modules load (about 0.06 s: YAML, the settings' rules) was a
-KeyboardInterrupt traceback from inside an import (hostile pass V). Until ``cli.main`` takes over
-(``interrupts.command_started``), it ends the command with one line instead: nothing has run yet, so there is
-nothing to stop, save or end.
+KeyboardInterrupt traceback from inside an import (hostile pass V; pass W: `import signal` alone,
+its enum, took tens of ms). The handler is set as this module is imported, with modules the
+interpreter has loaded already; until ``cli.main`` takes over (``interrupts.command_started``) a
+Ctrl-C ends the command with one line: nothing has run yet, so there is nothing to stop, save or
+end. Only the interpreter's own start-up (its site-packages' .pth files) comes before.
 """
 
-from __future__ import annotations
-
+import _signal  # built in and loaded at start-up: no import of its own
 import os
-import signal
 import sys
 
 
@@ -23,10 +23,12 @@ def _before_start(signum: int, frame) -> None:
     os._exit(128 + signum)
 
 
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an inherited ignore is kept
+    _signal.signal(_signal.SIGINT, _before_start)
+
+
 def run() -> int:
     """The console script's entry: ``cli.run`` once the command line is loaded."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an inherited ignore is kept
-        signal.signal(signal.SIGINT, _before_start)
     from ampbench import interrupts
 
     interrupts.before_start = _before_start

@@ -4,6 +4,7 @@ anchors or aliases, a regular file of at most 1 MB; values quoted in errors are 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,25 @@ def test_a_yaml_merge_key_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"line 2: YAML merge key << is not allowed") as err:
         load_config(_params(tmp_path, "train:\n  <<: {lr: 0.1}\n  epochs: 1\n"))
     _one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("010", "010 is an octal number (8) to YAML 1.1, 10 to DVC"),
+        ("1:30", "1:30 is a base-60 number (90) to YAML 1.1, text to DVC"),
+        ("0b11", "0b11 is a binary number (3) to YAML 1.1"),
+    ],
+)
+def test_a_number_yaml_11_and_dvc_read_differently_is_refused(tmp_path, written, said):
+    """Hostile pass X2: `epochs: 010` trained 8 epochs while DVC recorded 10 (exit 0); `1:30`
+    trained 90. In params.yaml and in --set alike."""
+    with pytest.raises(ConfigError, match=rf"line 3: {re.escape(said)}: write the number in decimal") as err:
+        load_config(_params(tmp_path, f"train:\n  lr: 0.2\n  epochs: {written}\n"))
+    _one_line(err)
+    with pytest.raises(ConfigError, match=rf"train.epochs: {re.escape(said)}.*from --set"):
+        load_config(_params(tmp_path, "train:\n  epochs: 2\n"), [f"train.epochs={written}"])
+    assert load_config(_params(tmp_path, "train:\n  lr: 007.5\n  epochs: 0x10\n")).train.epochs == 16
 
 
 def test_a_params_file_over_1_mb_is_refused_unread(tmp_path):
@@ -169,3 +189,12 @@ def test_credentials_in_the_data_url_are_refused_with_the_password_hidden(url):
     assert "holds a user name or password" in said and "set data.url to its path" in said
     assert "s3cret" not in said and "***@" in said
     load_config(REPO / "params.yaml", ["data.url=https://example.com/a@b/x.tar.gz"])  # @ in the path
+
+
+def test_a_date_where_text_goes_says_to_quote_it(tmp_path):
+    """Hostile pass X2 WARN: `--set tracking.experiment=2026-12-07` said "expected str, got date"."""
+    said = r"tracking.experiment: 2026-12-07 reads as a YAML date, not text: quote"
+    with pytest.raises(ConfigError, match=said):
+        load_config(_params(tmp_path, "train:\n  epochs: 2\n"), ["tracking.experiment=2026-12-07"])
+    quoted = load_config(_params(tmp_path, "tracking:\n  experiment: '2026-12-07'\n"))
+    assert quoted.tracking.experiment == "2026-12-07"

@@ -138,3 +138,50 @@ def test_a_stop_after_the_last_step_keeps_the_seeds_unpublished_and_the_rerun_tr
     assert (models / "single-fp32" / "seed-0" / "model.pt").exists() and not root.joinpath(
         "single-fp32"
     ).exists()
+
+
+IMPORTED_SLOWLY = "ampbench_test_imported_slowly"
+
+
+def test_a_stop_inside_an_import_waits_for_the_import_to_end(handlers, monkeypatch, tmp_path, caplog):
+    """Hostile pass W: a stop before the first step raised inside importlib's module-lock callback,
+    "Exception ignored", the import lock never let go, and the stage hung for good (runs RUNNING).
+    A stop that comes inside the import system is raised once the import is over."""
+    import sys
+
+    monkeypatch.delenv("RANK", raising=False)
+    caplog.set_level(logging.WARNING)
+    (tmp_path / f"{IMPORTED_SLOWLY}.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\nDONE = True\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, IMPORTED_SLOWLY, raising=False)
+    flag, imported = StopFlag(), []
+    with pytest.raises(Stopped, match="before the first training step"):
+        imported.append(__import__(IMPORTED_SLOWLY).DONE)  # the model factory's import, say
+        time.sleep(5)  # then the stop comes at once
+    flag.close()
+    assert imported == [True]  # whole: the stop waited for it
+    assert caplog.text.count("SIGINT received before the first training step") == 1
+
+
+def test_a_stop_inside_a_finalizer_is_not_lost(handlers, monkeypatch, capfd):
+    """A stop raised inside a finalizer is dropped by Python ("Exception ignored in ..."): it
+    comes again, outside it."""
+    import gc
+
+    monkeypatch.delenv("RANK", raising=False)
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs in here
+
+    flag = StopFlag()
+    with pytest.raises(Stopped, match="before the first training step"):
+        Finalized()
+        gc.collect()
+        time.sleep(5)
+    flag.close()
+    assert "Exception ignored" not in capfd.readouterr().err

@@ -81,3 +81,27 @@ def test_a_left_over_mlflow_run_id_is_refused_before_any_run_is_touched(tmp_path
     assert len(tracker.client.search_runs([tracker.experiment_id()])) == 3  # none started
     monkeypatch.setenv("MLFLOW_RUN_ID", entry)
     Tracker("study").preflight()  # `mlflow run`'s own, in progress
+
+
+def test_an_in_memory_store_or_a_database_named_as_a_path_is_refused_before_any_run(tmp_path, monkeypatch):
+    """Hostile pass X2: `MLFLOW_TRACKING_URI=sqlite://` trained and published (exit 0), every run
+    lost, its warning promising the epochs "kept in the checkpoint" the publish then removed;
+    `MLFLOW_TRACKING_URI=mlflow.db` was "a folder store", and the next advice was to remove it."""
+    import pytest
+
+    from ampbench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(tmp_path)
+    for memory in ("sqlite://", "sqlite:///:memory:", "sqlite://?timeout=5"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", memory)
+        with pytest.raises(store.TrackingError, match="keeps its runs in memory only, lost as the command"):
+            Tracker("cifar10-amp")
+    db = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    Tracker("cifar10-amp").preflight()  # a real store there
+    for named in ("mlflow.db", str(db), f"file://{db}"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", named)
+        fix = f"names the sqlite database {db} as a path, which MLflow takes for a folder store: set "
+        with pytest.raises(store.TrackingError, match=f"{fix}MLFLOW_TRACKING_URI=sqlite:///{db}$"):
+            Tracker("cifar10-amp")
+    assert locations.unusable("mlruns") == locations.unusable(f"sqlite:///{db}") == ""

@@ -7,6 +7,7 @@ types, then the ranges and bounds of ``config/rules.py``, all in one ConfigError
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import math
 import typing
@@ -75,6 +76,9 @@ def _check_value(key: str, value: object, hint: typing.Any, problems: list[str])
             f"{key}: {text!r} reads as a YAML mapping, not text, as it ends in a colon: write what comes "
             f"after the colon (e.g. torchvision:resnet18), or quote it"
         )
+        return value
+    if hint is str and isinstance(value, datetime.date):  # hostile pass X2 WARN: "got date"
+        problems.append(f"{key}: {value} reads as a YAML date, not text: quote it ('{value}')")
         return value
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         problems.append(f"{key}: expected {hint.__name__}, got {type(value).__name__} {shown(value)}")

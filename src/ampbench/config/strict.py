@@ -95,16 +95,41 @@ class _StrictLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         try:
-            return super().construct_yaml_int(node)
+            value = super().construct_yaml_int(node)
         except ValueError:  # Python refuses to read an integer of over 4300 digits
             raise _Refused(
                 f"a number of {len(node.value):,} digits ({cut(node.value)}) is larger than any setting "
                 "can be; write a smaller one",
                 node.start_mark,
             ) from None
+        _refuse_yaml11_only(node, value)
+        return value
+
+    def construct_yaml_float(self, node):
+        value = super().construct_yaml_float(node)
+        _refuse_yaml11_only(node, value)
+        return value
+
+
+def _refuse_yaml11_only(node, value) -> None:
+    """Numbers this reader (YAML 1.1) and DVC's (YAML 1.2) read differently (hostile pass X2:
+    `epochs: 010` trained 8 epochs while DVC recorded 10; `1:30` trained 90)."""
+    digits = node.value.replace("_", "").lstrip("+-")
+    if ":" in digits:
+        what = f"{cut(node.value)} is a base-60 number ({cut(str(value))}) to YAML 1.1, text to DVC"
+    elif digits[:2].lower() == "0b":
+        what = f"{cut(node.value)} is a binary number ({cut(str(value))}) to YAML 1.1"
+    elif isinstance(value, int) and len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        decimal = cut(str(int(node.value.replace("_", ""))))
+        what = f"{cut(node.value)} is an octal number ({cut(str(value))}) to YAML 1.1, {decimal} to DVC"
+    else:
+        return
+    fix = "write the number in decimal, without a leading 0; quote it if it is text"
+    raise _Refused(f"{what}: {fix}", node.start_mark)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

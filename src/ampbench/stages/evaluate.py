@@ -267,7 +267,7 @@ def _check_run_in_store(tracker, run_id: str | None, path: Path) -> None:
     try:
         run = tracker.client.get_run(run_id)
     except MlflowException as err:
-        if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+        if err.error_code not in trash.NO_SUCH_RUN:
             raise  # the store itself failed: not this file's fault
         raise ModelFileError(
             f"{path} was trained in MLflow run {run_id}, which is not in the tracking store "

@@ -19,6 +19,8 @@ import logging
 import os
 import shlex
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +57,8 @@ class StopFlag:
         # as its peers must stop at the same step.
         self.asked = "RANK" in os.environ
         self.before: dict[int, object] = {}  # the handlers close() puts back
+        self.deferred = False  # a stop before the first step that came inside an import: _stop_now
+        self.hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         for sig in STOP_SIGNALS:
             # An inherited ignore is kept: nohup's SIGHUP; a script's background job's SIGINT (hostile
             # pass WARN: a Ctrl-C was dropped in its first second, then stopped it from here on)
@@ -76,6 +80,9 @@ class StopFlag:
         self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
 
     def _handle(self, signum, frame) -> None:
+        if self.deferred:  # this stop again (_again): the import it came in may be over
+            self._stop_now(frame)
+            return
         name = signal.Signals(signum).name
         if self.signum == signum:
             # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
@@ -87,13 +94,46 @@ class StopFlag:
             signal.raise_signal(signum)
         self.signum, self.since = signum, time.monotonic()
         if not self.asked:
-            from ampbench.training.stopping import Stopped
-
             log.warning("%s received before the first training step: stopping now", name)
-            raise Stopped("stopped before the first training step (nothing trained, nothing to save)")
+            self._stop_now(frame)
+            return
         # Once per node: every DDP worker gets the signal; its other workers' copies are noise
         say = log.warning if os.environ.get("LOCAL_RANK", "0") == "0" else log.debug
         say("%s received: stopping at the next step boundary", name)
+
+    def _stop_now(self, frame) -> None:
+        """Before the first step: raise Stopped where the main thread is, but not inside Python's
+        import system, where the raise can leave the import lock held (hostile pass W: it landed in
+        importlib's module-lock callback, "Exception ignored", and the stage hung for good with its
+        runs RUNNING): there, the same stop again 50 ms later. The loop, once there, keeps to the flag."""
+        from ampbench.training.stopping import Stopped
+
+        self.deferred = not self.asked and _importing(frame)
+        if self.deferred:
+            self._again()
+        elif not self.asked:
+            raise Stopped("stopped before the first training step (nothing trained, nothing to save)")
+
+    def _again(self) -> None:
+        def deliver() -> None:
+            if self.deferred and self.before:  # not closed meanwhile
+                signal.pthread_kill(threading.main_thread().ident or 0, self.signum)
+
+        timer = threading.Timer(0.05, deliver)
+        timer.daemon = True
+        timer.start()
+
+    def _unraisable(self, unraisable) -> None:
+        """A Stopped raised inside a finalizer, which Python drops with an "Exception ignored"
+        traceback: the stop again, outside it."""
+        from ampbench.training.stopping import Stopped
+
+        if not isinstance(unraisable.exc_value, Stopped):
+            self.hook(unraisable)
+            return
+        self.deferred = not self.asked
+        if self.deferred:
+            self._again()
 
     def __call__(self) -> bool:
         self.asked = True  # the loop is there: from now on a stop waits for its step boundary
@@ -106,7 +146,9 @@ class StopFlag:
         after its last step boundary; said, and kept for what runs next here (``came_late``)."""
         for sig, before in self.before.items():
             signal.signal(sig, before)  # type: ignore[arg-type]
-        self.before = {}
+        self.before, self.deferred = {}, False
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self.hook
         if completed and self.signum and os.environ.get("LOCAL_RANK", "0") == "0":
             name = signal.Signals(self.signum).name
             log.warning("%s came after training's last step: every seed is trained and kept", name)
@@ -114,6 +156,16 @@ class StopFlag:
 
 
 _LATE = [0]
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` (where a signal handler interrupted the main thread) is in Python's import
+    system: an import under way, or its module-lock callbacks."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def came_late() -> int:

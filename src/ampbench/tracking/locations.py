@@ -97,6 +97,31 @@ def runs_link(uri: str, experiment_id: str) -> str:
     return f"{ui_base(uri)}/#/experiments/{experiment_id}/runs?{query}"
 
 
+def unusable(uri: str) -> str:
+    """One line for a tracking URI MLflow takes that cannot keep a study, else "" (hostile pass X2):
+    an in-memory sqlite store (exit 0, every run lost as the command ended, its models naming runs
+    that exist nowhere); a sqlite database named as a plain path, which MLflow reads as a folder
+    store (whose advice then was to remove the database)."""
+    if uri.startswith("sqlite:") and (uri.split("?")[0] == "sqlite://" or ":memory:" in uri):
+        return (
+            f"MLflow store {uri} keeps its runs in memory only, lost as the command ends: set "
+            "MLFLOW_TRACKING_URI to sqlite:///<path>.db, or unset it (the repo's mlflow.db)"
+        )
+    path = uri.removeprefix("file://") if uri.startswith("file://") else "" if ":" in uri else uri
+    try:
+        with open(path or os.devnull, "rb") as f:
+            sqlite = path and f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return ""
+    if not sqlite:
+        return ""
+    database = Path(path).resolve()
+    return (
+        f"MLFLOW_TRACKING_URI={uri} names the sqlite database {database} as a path, which MLflow "
+        f"takes for a folder store: set MLFLOW_TRACKING_URI=sqlite:///{database}"
+    )
+
+
 def sqlite_file(uri: str) -> Path | None:
     """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
     if not uri.startswith("sqlite:"):

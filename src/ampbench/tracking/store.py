@@ -29,7 +29,7 @@ from ampbench.tracking import faults
 from ampbench.tracking.locations import UI_DEFAULT as UI_DEFAULT
 from ampbench.tracking.locations import repo_root as repo_root
 from ampbench.tracking.locations import runs_link as runs_link
-from ampbench.tracking.locations import sqlite_file, tracking_uri
+from ampbench.tracking.locations import sqlite_file, tracking_uri, unusable
 from ampbench.tracking.locations import ui_base as ui_base
 from ampbench.tracking.locations import ui_command as ui_command
 from ampbench.tracking.locations import where_the_runs_are as where_the_runs_are
@@ -99,6 +99,8 @@ def ensure_store(uri: str):
     """
     from mlflow.tracking import MlflowClient  # deferred: workers never pay the import
 
+    if line := unusable(uri):  # before MLflow opens it
+        raise TrackingError(line)
     check_sqlite_store(uri)
     with store_lock(uri):
         try:

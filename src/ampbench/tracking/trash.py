@@ -47,6 +47,10 @@ def refuse_deleted(tracker, run_id: str, whose: str, variant: str, again: str | 
         )
 
 
+# what a store answers for a run id it has no run of (a server: RESOURCE_DOES_NOT_EXIST; sqlite: either)
+NO_SUCH_RUN = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
+
+
 def absent(tracker, run_id: str) -> bool:
     """Whether the store answers that it has no run ``run_id`` (not: it does not answer)."""
     from mlflow.exceptions import MlflowException
@@ -54,7 +58,7 @@ def absent(tracker, run_id: str) -> bool:
     try:
         tracker.client.get_run(run_id)
     except MlflowException as err:
-        return err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
+        return err.error_code in NO_SUCH_RUN
     except Exception:  # noqa: BLE001 - a store that does not answer: not this question's
         return False
     return False
