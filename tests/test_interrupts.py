@@ -221,3 +221,84 @@ def test_a_ctrl_c_while_the_command_line_loads_is_one_line(how, module, tmp_path
     assert proc.stderr.startswith("interrupted (Ctrl-C): `ampbench ")
     assert "stopped before it started; run the same command again" in proc.stderr
     assert proc.returncode == 128 + signal.SIGINT
+
+
+def test_a_ctrl_c_after_the_command_is_over_is_ignored(monkeypatch):
+    """Hostile pass Y: Ctrl-C pressed again and again printed KeyboardInterrupt tracebacks from the
+    exit's atexit callbacks after the command's last line."""
+    import sys
+
+    saved = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(sys, "argv", ["ampbench", "findings"])
+    monkeypatch.setattr(cli, "main", lambda: 130)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # a light command: run() returns
+    try:
+        assert cli.run() == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+def test_the_entry_run_is_ended_whole_though_ctrl_c_comes_again(monkeypatch):
+    """Hostile pass Y: Ctrl-C pressed again while `ampbench variant` ended `mlflow run`'s run cut
+    that short: the run stayed RUNNING for good."""
+    import time
+
+    from ampbench.commands import variant
+
+    ended = []
+
+    def end_it(change) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the store's answer, awaited
+        ended.append(change)
+
+    monkeypatch.setattr(variant, "_on_the_entry_run", end_it)
+    with pytest.raises(KeyboardInterrupt):  # the Ctrl-C, once the run is ended
+        variant._end_the_entry_run("KILLED")  # noqa: SLF001
+    assert len(ended) == 1
+
+
+def test_a_stage_under_dvc_refusing_its_settings_says_how_to_get_its_outputs_back(
+    monkeypatch, caplog, tmp_path
+):
+    """Hostile pass Z: `dvc exp run -S train.epochs=abc`: DVC removed models/single-fp32 before the
+    stage refused the value, and nothing said so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    monkeypatch.setenv("DVC_STAGE", "train@single-fp32")
+    assert cli.main(["estimate", "--set", "train.epochs=abc"]) == cli.EXIT_USAGE
+    fix = "DVC removed this stage's outputs as it started: `dvc checkout train@single-fp32` puts them back"
+    assert caplog.text.rstrip().endswith(fix)
+    monkeypatch.delenv("DVC_STAGE")
+    caplog.clear()
+    assert cli.main(["estimate", "--set", "train.epochs=abc"]) == cli.EXIT_USAGE
+    assert "dvc checkout" not in caplog.text
+
+
+def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, caplog, tmp_path):
+    """Hostile pass Z: a quick `mlflow run` after `dvc repro` replaced the study's models/single-fp32
+    (and data/prepared) without a word, exit 0."""
+    import logging
+
+    from ampbench.commands import variant
+
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.WARNING)
+    cfg = types.SimpleNamespace()
+    monkeypatch.setattr(
+        variant, "prepared_mismatch", lambda cfg: ["data.url: prepared from 'a', configured 'b'"]
+    )
+    variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001 - no pipeline outputs: nothing said
+    assert caplog.text == ""
+    (tmp_path / "models" / "single-fp32" / "seed-0").mkdir(parents=True)
+    (tmp_path / "data" / "prepared").mkdir(parents=True)
+    (tmp_path / "data" / "prepared" / "cifar10.pt").write_bytes(b"x")
+    (tmp_path / "dvc.lock").write_text(
+        "outs:\n- path: models/single-fp32\n- path: data/prepared\n", encoding="utf-8"
+    )
+    variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001
+    assert "this run replaces the pipeline's models/single-fp32 and data/prepared" in caplog.text
+    assert "`dvc checkout` puts them back" in caplog.text

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             interrupts.check()  # a Ctrl-C swallowed on its way: the command did not do what it was asked
         return code
     except ConfigError as err:
-        log.error("%s", err)
+        log.error("%s%s", err, _outputs_removed())
         return EXIT_USAGE
     except KeyboardInterrupt:  # outside a train stage's own stop handling (it saves, says how to resume)
         return _interrupted(args.command)
@@ -191,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         log.error("%s", err)
         return EXIT_STOPPED
+
+
+def _outputs_removed() -> str:
+    """Under DVC: its stage's outputs went as it started (hostile pass Z: a refused `-S` value left
+    models/single-fp32 gone without a word); where they come back from."""
+    stage = os.environ.get("DVC_STAGE")
+    if not stage:
+        return ""
+    return f"; DVC removed this stage's outputs as it started: `dvc checkout {stage}` puts them back"
 
 
 def debugging(args) -> bool:
@@ -263,6 +272,9 @@ def run() -> int:
         if forwarded is not None:
             return forwarded
     code = main()
+    # The work is over, stopped or not: a Ctrl-C pressed again has nothing left to stop, and would
+    # only break the exit's own clean-up with tracebacks (hostile pass Y: atexit callbacks').
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "torch" not in sys.modules:  # a light command: the normal exit is quick
         return code
     from ampbench.process_exit import finish

@@ -23,6 +23,7 @@ import threading
 
 came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
 signum = 0  # which
+within = False  # noted() is on: ``came`` is this command's
 # and Ctrl-\, a batch system's warnings, `timeout -s ALRM` (hostile pass Q: each killed download,
 # estimate and compare without a line)
 STOPS = (
@@ -44,8 +45,8 @@ def command_started() -> None:
 def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
     set); the handler before is put back after (tests run several commands in one process)."""
-    global came, signum
-    came, signum = False, 0
+    global came, signum, within
+    came, signum, within = False, 0, True
     main = threading.current_thread() is threading.main_thread()
     usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
     mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
@@ -55,6 +56,7 @@ def noted():
     try:
         yield
     finally:
+        within = False
         sys.unraisablehook = hook
         for sig in mine:
             if signal.getsignal(sig) is _on_sigint:  # a stage may have set its own

@@ -185,3 +185,23 @@ def test_a_stop_inside_a_finalizer_is_not_lost(handlers, monkeypatch, capfd):
         time.sleep(5)
     flag.close()
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_a_ctrl_c_swallowed_before_the_stage_handles_stops_it_at_its_first_boundary(
+    handlers, monkeypatch, caplog
+):
+    """Hostile pass Y: a Ctrl-C that a library swallowed (a finalizer) while the stage started was
+    noted by the command, but the stage trained on to the end, deaf to it."""
+    from ampbench import interrupts
+
+    monkeypatch.delenv("RANK", raising=False)
+    caplog.set_level(logging.WARNING)
+    monkeypatch.setattr(interrupts, "within", True)
+    monkeypatch.setattr(interrupts, "came", True)
+    monkeypatch.setattr(interrupts, "signum", signal.SIGINT)
+    flag = StopFlag()
+    assert flag() is True and flag.signum == signal.SIGINT
+    flag.close()
+    assert "SIGINT received: stopping at the first step boundary" in caplog.text
+    monkeypatch.setattr(interrupts, "within", False)  # an earlier command's: not this stage's
+    assert StopFlag()() is False

@@ -99,7 +99,7 @@ def test_an_in_memory_store_or_a_database_named_as_a_path_is_refused_before_any_
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     Tracker("cifar10-amp").preflight()  # a real store there
-    for named in ("mlflow.db", str(db), f"file://{db}"):
+    for named in ("mlflow.db", str(db), f"file://{db}", f"file:{db}", "file:mlflow.db"):  # pass Z: file:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", named)
         fix = f"names the sqlite database {db} as a path, which MLflow takes for a folder store: set "
         with pytest.raises(store.TrackingError, match=f"{fix}MLFLOW_TRACKING_URI=sqlite:///{db}$"):

@@ -18,10 +18,11 @@ import json
 import logging
 import os
 import shlex
+from pathlib import Path
 
 from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice, yes_no
 from ampbench.config import Config
-from ampbench.paths import DATA_FILE, REPORTS_DIR
+from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
 from ampbench.stages.download import prepared_mismatch
 from ampbench.stages.stop import came_late, launcher_command
 from ampbench.variants import variant_name
@@ -59,6 +60,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         # stage's own command, which would not evaluate)
         os.environ["AMPBENCH_RESUME_COMMAND"] = launcher_command() or shlex.join(["ampbench", *argv])
     base = ["--params", args.params, *sum((["--set", o] for o in cli.all_overrides(args)), [])]
+    _say_what_is_replaced(variant_name(args.parallel, args.precision), cfg)
     if not DATA_FILE.exists() or prepared_mismatch(cfg):
         code = cli.main(["download", *base])
         if code:
@@ -78,6 +80,23 @@ def main(cfg: Config, args, argv: list[str]) -> int:
     if not code:
         _publish_answer(cfg, variant_name(args.parallel, args.precision), args.quick)
     return code
+
+
+def _say_what_is_replaced(variant: str, cfg: Config) -> None:
+    """The study's DVC outputs this run replaces, and how they come back (hostile pass Z: a quick
+    `mlflow run` after `dvc repro` replaced the study's models and data without a word)."""
+    lock = Path("dvc.lock")
+    outputs = lock.read_text(encoding="utf-8") if lock.is_file() else ""
+    models = f"models/{variant}"
+    replaced = [models] if models in outputs and (MODELS_DIR / variant).is_dir() else []
+    if DATA_FILE.exists() and "data/prepared" in outputs and prepared_mismatch(cfg):
+        replaced.append("data/prepared")
+    if replaced:
+        log.warning(
+            "this run replaces the pipeline's %s (`dvc repro`'s, in DVC's cache): `dvc checkout` puts "
+            "them back, and `dvc repro` the reports made from them",
+            " and ".join(replaced),
+        )
 
 
 def _answer_row(variant: str) -> dict:
@@ -125,7 +144,10 @@ def _name_the_entry_run(variant: str) -> None:
 def _end_the_entry_run(status: str) -> None:
     """Under `mlflow run`, end its run with ``status``: MLflow ends it when its command exits, but
     a killed `mlflow run` (what stops the stage) would leave it RUNNING for good."""
-    _on_the_entry_run(lambda client, run_id: client.set_terminated(run_id, status))
+    from ampbench import interrupts
+
+    with interrupts.held():  # hostile pass Y: a Ctrl-C pressed again cut this short, the run RUNNING
+        _on_the_entry_run(lambda client, run_id: client.set_terminated(run_id, status))
 
 
 def _on_the_entry_run(change) -> None:

@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from ampbench import interrupts
 from ampbench.processes import is_ancestor, orphaned_by, setter_of, watch_process
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,11 @@ class StopFlag:
         self.before: dict[int, object] = {}  # the handlers close() puts back
         self.deferred = False  # a stop before the first step that came inside an import: _stop_now
         self.hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+        # a Ctrl-C that something swallowed before these handlers were there (hostile pass Y: the
+        # stage trained on, deaf to it)
+        if interrupts.within and interrupts.came:
+            self.signum = interrupts.signum or signal.SIGINT
+            log.warning("%s received: stopping at the first step boundary", signal.Signals(self.signum).name)
         for sig in STOP_SIGNALS:
             # An inherited ignore is kept: nohup's SIGHUP; a script's background job's SIGINT (hostile
             # pass WARN: a Ctrl-C was dropped in its first second, then stopped it from here on)

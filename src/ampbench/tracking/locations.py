@@ -107,7 +107,9 @@ def unusable(uri: str) -> str:
             f"MLflow store {uri} keeps its runs in memory only, lost as the command ends: set "
             "MLFLOW_TRACKING_URI to sqlite:///<path>.db, or unset it (the repo's mlflow.db)"
         )
-    path = uri.removeprefix("file://") if uri.startswith("file://") else "" if ":" in uri else uri
+    # a plain path, file:///abs, file:/abs or file:rel (hostile pass Z: the single-slash forms)
+    path = uri.removeprefix("file://") if uri.startswith("file://") else uri.removeprefix("file:")
+    path = "" if ":" in path else path
     try:
         with open(path or os.devnull, "rb") as f:
             sqlite = path and f.read(16) == b"SQLite format 3\x00"
