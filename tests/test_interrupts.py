@@ -301,4 +301,4 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     )
     variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001
     assert "this run replaces the pipeline's models/single-fp32 and data/prepared" in caplog.text
-    assert "`dvc checkout` puts them back" in caplog.text
+    assert "`dvc checkout --force models/single-fp32 data/prepared` puts them back" in caplog.text

@@ -205,3 +205,21 @@ def test_a_ctrl_c_swallowed_before_the_stage_handles_stops_it_at_its_first_bound
     assert "SIGINT received: stopping at the first step boundary" in caplog.text
     monkeypatch.setattr(interrupts, "within", False)  # an earlier command's: not this stage's
     assert StopFlag()() is False
+
+
+def test_a_ctrl_c_pressed_again_and_again_is_one_stop(handlers, monkeypatch):
+    """Hostile pass F: a flood of Ctrl-C 150 ms apart, while a stop took over a second, was taken
+    for a second request 1 s after the first: stopped hard (-2), no stop line, runs RUNNING."""
+    monkeypatch.delenv("RANK", raising=False)
+    hard = []
+    monkeypatch.setattr(signal, "raise_signal", hard.append)
+    flag = StopFlag()
+    flag()  # the loop is there
+    for _ in range(8):  # 1.6 s of presses
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    assert flag() and hard == []
+    assert signal.getsignal(signal.SIGINT) == flag._handle  # noqa: SLF001 - still the stop's
+    time.sleep(1.1)  # a pause, then a second request: stop now, as documented
+    os.kill(os.getpid(), signal.SIGINT)
+    assert hard == [signal.SIGINT]

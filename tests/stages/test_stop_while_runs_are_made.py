@@ -39,3 +39,25 @@ def test_a_stop_while_a_run_is_made_ends_it_killed_and_names_it(making, project,
         assert json.loads((project / WORK0 / "run.json").read_text(encoding="utf-8"))["run_id"] == (
             seed.info.run_id
         )
+
+
+@pytest.mark.slow  # a train stage of two seeds in this process
+def test_a_stop_after_a_seeds_last_step_makes_no_run_for_the_next(project, monkeypatch, handlers, caplog):
+    """Hostile pass F: a stop after seed 0's last step went on to make seed 1's run and set it up
+    (over a second on a loaded machine) before the stage stopped at seed 1's first step."""
+    from ampbench.tracking import train_runs
+
+    closed = train_runs.close_seed_run
+
+    def stopped_after(*args, **kwargs):
+        closed(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("AMPBENCH_WARM", "0")
+    monkeypatch.setattr(train_runs, "close_seed_run", stopped_after)
+    argv = ["train", "--parallel", "single", "--precision", "fp32", "--set", "train.seeds=[0, 1]"]
+    assert cli.main(argv) == 128 + signal.SIGINT
+    assert "stopped after seed 0, before seed 1: the seeds trained are kept" in caplog.text
+    assert [r.data.tags["seed"] for r in runs(project, kind="seed")] == ["0"]
+    assert [r.info.status for r in runs(project, kind="variant")] == ["KILLED"]

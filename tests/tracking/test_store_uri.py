@@ -92,7 +92,13 @@ def test_an_in_memory_store_or_a_database_named_as_a_path_is_refused_before_any_
     from ampbench.tracking.tracker import Tracker
 
     monkeypatch.chdir(tmp_path)
-    for memory in ("sqlite://", "sqlite:///:memory:", "sqlite://?timeout=5"):
+    for memory in (
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite://?timeout=5",
+        "sqlite:///",
+        "sqlite:///?timeout=5",
+    ):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", memory)
         with pytest.raises(store.TrackingError, match="keeps its runs in memory only, lost as the command"):
             Tracker("cifar10-amp")

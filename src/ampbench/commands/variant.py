@@ -93,9 +93,10 @@ def _say_what_is_replaced(variant: str, cfg: Config) -> None:
         replaced.append("data/prepared")
     if replaced:
         log.warning(
-            "this run replaces the pipeline's %s (`dvc repro`'s, in DVC's cache): `dvc checkout` puts "
-            "them back, and `dvc repro` the reports made from them",
+            "this run replaces the pipeline's %s (`dvc repro`'s, in DVC's cache): `dvc checkout --force %s` "
+            "puts them back, and `dvc repro` the reports made from them",
             " and ".join(replaced),
+            " ".join(replaced),
         )
 
 

@@ -93,7 +93,8 @@ class StopFlag:
         if self.signum == signum:
             # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
             # warm stage directly and through its client), not a second request.
-            if time.monotonic() - self.since < 1.0:
+            if time.monotonic() - self.since < 1.0:  # (and a key held or pressed again and again:
+                self.since = time.monotonic()  # hostile pass F, a flood ended a stop under way hard)
                 return
             log.warning("%s again: stopping now, without a checkpoint of this step", name)
             signal.signal(signum, signal.SIG_DFL)

@@ -132,6 +132,10 @@ def _train_seeds(plan: _SeedPlan, variant, stage, clock, models_dir: Path, work_
         results = []
         prog = progress.for_stage(cfg, variant, plan.dataset, strategy, models_dir, work_dir, plan.overrides)
         for seed in cfg.train.seeds:
+            if results and strategy.any(plan.stop()):  # not a next seed's run and set-up (hostile pass F)
+                raise loop.Stopped(
+                    f"stopped after seed {results[-1].seed}, before seed {seed}: the seeds trained are kept"
+                )
             results.append(_train_one(plan.job(seed, prog), variant, stage, plan.extra, plan.fresh))
             clock.mark("seeds")
             if strategy.world_size == 1:  # params.yaml changed: no next seed (DDP's ranks go on together)

@@ -102,7 +102,7 @@ def unusable(uri: str) -> str:
     an in-memory sqlite store (exit 0, every run lost as the command ended, its models naming runs
     that exist nowhere); a sqlite database named as a plain path, which MLflow reads as a folder
     store (whose advice then was to remove the database)."""
-    if uri.startswith("sqlite:") and (uri.split("?")[0] == "sqlite://" or ":memory:" in uri):
+    if uri.startswith("sqlite:") and _in_memory(uri):
         return (
             f"MLflow store {uri} keeps its runs in memory only, lost as the command ends: set "
             "MLFLOW_TRACKING_URI to sqlite:///<path>.db, or unset it (the repo's mlflow.db)"
@@ -122,6 +122,14 @@ def unusable(uri: str) -> str:
         f"MLFLOW_TRACKING_URI={uri} names the sqlite database {database} as a path, which MLflow "
         f"takes for a folder store: set MLFLOW_TRACKING_URI=sqlite:///{database}"
     )
+
+
+def _in_memory(uri: str) -> bool:
+    """SQLAlchemy's reading: no database name (`sqlite://`, `sqlite:///`; pass F) or :memory:."""
+    try:
+        return sqlite_file(uri) is None
+    except Exception:  # noqa: BLE001 - a URI it cannot read: MLflow says what is wrong with it
+        return False
 
 
 def sqlite_file(uri: str) -> Path | None:
