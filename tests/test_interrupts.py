@@ -302,3 +302,20 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001
     assert "this run replaces the pipeline's models/single-fp32 and data/prepared" in caplog.text
     assert "`dvc checkout --force models/single-fp32 data/prepared` puts them back" in caplog.text
+
+
+def test_the_last_commands_handling_leaves_ctrl_c_ignored_not_raising(monkeypatch):
+    """Hostile pass G: a Ctrl-C between the command's end (noted put Python's handler back) and
+    cli.run's ignore was a KeyboardInterrupt traceback. A command nested in it (`ampbench variant`'s
+    train) leaves the handling to the outer one."""
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.setattr(interrupts, "last", True)
+    try:
+        with interrupts.noted():
+            with interrupts.noted():  # the nested command's
+                pass
+            assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and interrupts.within
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and not interrupts.within
+    finally:
+        signal.signal(signal.SIGINT, saved)

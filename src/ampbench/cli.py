@@ -271,6 +271,7 @@ def run() -> int:
         forwarded = client.forward(sys.argv[1:])
         if forwarded is not None:
             return forwarded
+    interrupts.last = True
     code = main()
     # The work is over, stopped or not: a Ctrl-C pressed again has nothing left to stop, and would
     # only break the exit's own clean-up with tracebacks (hostile pass Y: atexit callbacks').

@@ -24,6 +24,7 @@ import threading
 came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
 signum = 0  # which
 within = False  # noted() is on: ``came`` is this command's
+last = False  # the process ends after this command (cli.run): no Ctrl-C handler is put back
 # and Ctrl-\, a batch system's warnings, `timeout -s ALRM` (hostile pass Q: each killed download,
 # estimate and compare without a line)
 STOPS = (
@@ -46,7 +47,7 @@ def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
     set); the handler before is put back after (tests run several commands in one process)."""
     global came, signum, within
-    came, signum, within = False, 0, True
+    outer, (came, signum, within) = not within, (False, 0, True)
     main = threading.current_thread() is threading.main_thread()
     usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
     mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
@@ -56,11 +57,14 @@ def noted():
     try:
         yield
     finally:
-        within = False
+        within = not outer
         sys.unraisablehook = hook
+        # the process's last command: a Ctrl-C from here has nothing left to stop, and would only
+        # break its exit with a traceback (hostile pass G: between main's return and cli.run's ignore)
+        back = signal.SIG_IGN if last and outer else None
         for sig in mine:
             if signal.getsignal(sig) is _on_sigint:  # a stage may have set its own
-                signal.signal(sig, usual[sig])
+                signal.signal(sig, back if back is not None and sig == signal.SIGINT else usual[sig])
 
 
 def _finalizer_failed(unraisable) -> None:

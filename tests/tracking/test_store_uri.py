@@ -95,6 +95,7 @@ def test_an_in_memory_store_or_a_database_named_as_a_path_is_refused_before_any_
     for memory in (
         "sqlite://",
         "sqlite:///:memory:",
+        "sqlite+pysqlite://",
         "sqlite://?timeout=5",
         "sqlite:///",
         "sqlite:///?timeout=5",

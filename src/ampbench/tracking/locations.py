@@ -102,7 +102,7 @@ def unusable(uri: str) -> str:
     an in-memory sqlite store (exit 0, every run lost as the command ended, its models naming runs
     that exist nowhere); a sqlite database named as a plain path, which MLflow reads as a folder
     store (whose advice then was to remove the database)."""
-    if uri.startswith("sqlite:") and _in_memory(uri):
+    if uri.split(":")[0].split("+")[0] == "sqlite" and _in_memory(uri):  # sqlite+pysqlite:// too (pass G)
         return (
             f"MLflow store {uri} keeps its runs in memory only, lost as the command ends: set "
             "MLFLOW_TRACKING_URI to sqlite:///<path>.db, or unset it (the repo's mlflow.db)"
@@ -134,7 +134,7 @@ def _in_memory(uri: str) -> bool:
 
 def sqlite_file(uri: str) -> Path | None:
     """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
-    if not uri.startswith("sqlite:"):
+    if uri.split(":")[0].split("+")[0] != "sqlite":  # sqlite: or sqlite+<driver>:
         return None
     from sqlalchemy.engine import make_url
 
