@@ -11,11 +11,15 @@ SIGTERM (``timeout``, a batch system) and SIGHUP (the terminal closed) stop a co
 way, where nothing ignores them: a KeyboardInterrupt, so its MLflow runs end and its half-written
 reports go, with its line and 128 + the signal (hostile pass G: evaluate and compare died of
 them without a word, a ``compare`` run left RUNNING for good).
+
+Once a command's work is complete and kept (``completed``: a train stage's last seed), a stop
+signal ends nothing: it is said once and kept (``late``) for what runs next in the process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -24,6 +28,9 @@ import threading
 came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
 signum = 0  # which
 within = False  # noted() is on: ``came`` is this command's
+done = ""  # the command's work is complete and kept (``completed``): a stop from here ends nothing
+late = 0  # the stop that came after it: said once, read by what runs next in this process
+_told = False  # ``late`` is said (or another process says it)
 last = False  # the process ends after this command (cli.run): no Ctrl-C handler is put back
 # and Ctrl-\, a batch system's warnings, `timeout -s ALRM` (hostile pass Q: each killed download,
 # estimate and compare without a line)
@@ -46,8 +53,9 @@ def command_started() -> None:
 def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
     set); the handler before is put back after (tests run several commands in one process)."""
-    global came, signum, within
+    global came, signum, within, done, late, _told
     outer, (came, signum, within) = not within, (False, 0, True)
+    complete, (done, late, _told) = done, ("", 0, False)
     main = threading.current_thread() is threading.main_thread()
     usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
     mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
@@ -57,7 +65,7 @@ def noted():
     try:
         yield
     finally:
-        within = not outer
+        within, done = not outer, complete
         sys.unraisablehook = hook
         # the process's last command: a Ctrl-C from here has nothing left to stop, and would only
         # break its exit with a traceback (hostile pass G: between main's return and cli.run's ignore)
@@ -79,8 +87,31 @@ def _finalizer_failed(unraisable) -> None:
     came = True  # raised by another handler than ours (a library's): noted all the same
 
 
+def completed(what: str, say: bool = True) -> None:
+    """Within ``noted``: the command's work is done and kept (a train stage's every seed). A stop
+    signal from here to the command's end ends nothing: it is said once, "<signal> <what>", and kept
+    in ``late`` (hostile pass G: a Ctrl-C just after the last seed's line said "stopped before it
+    finished; run the same command again", which would have trained every seed again). ``say``
+    False: another process says it (a DDP worker other than its node's first)."""
+    global done, _told
+    if within:
+        done, _told = what, _told or not say
+
+
+def came_after(sig: int, what: str) -> None:
+    """A stop signal after the work was complete: said once a command, kept in ``late``."""
+    global late, _told
+    late = late or sig
+    if not _told:
+        _told = True
+        logging.getLogger(__name__).warning("%s %s", signal.Signals(sig).name, what)
+
+
 def _on_sigint(sig, frame) -> None:
     global came, signum
+    if done:  # the work is complete: nothing to stop
+        came_after(sig, done)
+        return
     came, signum = True, signum or sig
     raise KeyboardInterrupt
 

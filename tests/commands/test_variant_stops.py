@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from ampbench import cli
+from ampbench import cli, interrupts
 from ampbench.commands import variant
 from ampbench.config import load_config
 from conftest import REPO
@@ -51,7 +51,8 @@ def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluatio
     monkeypatch.setattr(variant, "launcher_command", lambda: None)
     monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
     monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")
-    monkeypatch.setattr(stop, "_LATE", [0])
+    monkeypatch.setattr(interrupts, "late", 0)
+    monkeypatch.setattr(interrupts, "_told", False)
     monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: None)
     before = signal.getsignal(signal.SIGINT)
     seen = []

@@ -223,3 +223,16 @@ def test_a_ctrl_c_pressed_again_and_again_is_one_stop(handlers, monkeypatch):
     time.sleep(1.1)  # a pause, then a second request: stop now, as documented
     os.kill(os.getpid(), signal.SIGINT)
     assert hard == [signal.SIGINT]
+
+
+def test_a_stop_while_the_handlers_go_in_comes_once_they_are_in(handlers, monkeypatch):
+    """Raised inside StopFlag() it reached no caller that takes it (a warm stage Ctrl-C'd at its
+    first instant ended 143, SIGTERM's status, for a Ctrl-C): it comes again 50 ms later."""
+    from ampbench.stages import stop
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: os.kill(os.getpid(), signal.SIGINT))
+    flag = StopFlag()
+    with pytest.raises(Stopped, match="before the first training step"):
+        time.sleep(5)
+    assert flag.signum == signal.SIGINT

@@ -60,6 +60,9 @@ class StopFlag:
         self.before: dict[int, object] = {}  # the handlers close() puts back
         self.deferred = False  # a stop before the first step that came inside an import: _stop_now
         self.hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+        # a stop while the handlers go in comes again 50 ms later (_stop_now), where train_main takes
+        # it (a warm stage Ctrl-C'd at its first instant: Stopped escaped it, exit 143 for SIGINT)
+        self.installing = True
         # a Ctrl-C that something swallowed before these handlers were there (hostile pass Y: the
         # stage trained on, deaf to it)
         if interrupts.within and interrupts.came:
@@ -81,6 +84,7 @@ class StopFlag:
             watch_process(parent, lambda: os.getppid() == parent, parent_gone, "parent-watch")
         else:
             watch_launcher(self._launcher_gone)
+        self.installing = False
 
     def _launcher_gone(self) -> None:
         self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
@@ -115,7 +119,7 @@ class StopFlag:
         runs RUNNING): there, the same stop again 50 ms later. The loop, once there, keeps to the flag."""
         from ampbench.training.stopping import Stopped
 
-        self.deferred = not self.asked and _importing(frame)
+        self.deferred = not self.asked and (self.installing or _importing(frame))
         if self.deferred:
             self._again()
         elif not self.asked:
@@ -150,19 +154,21 @@ class StopFlag:
         """The stage is over: what handled the signals before it does again (hostile pass O: in
         `ampbench variant` a Ctrl-C during the evaluation was only "stopping at the next step
         boundary"). ``completed``: training ended with no stop, so a signal heard meanwhile came
-        after its last step boundary; said, and kept for what runs next here (``came_late``)."""
+        after its last step boundary; said, and kept for what runs next here (``came_late``). One
+        that comes from here to the command's end is said the same way (``interrupts.completed``)."""
+        say = os.environ.get("LOCAL_RANK", "0") == "0"  # once per node
+        if completed:
+            interrupts.completed(LATE, say)
         for sig, before in self.before.items():
             signal.signal(sig, before)  # type: ignore[arg-type]
         self.before, self.deferred = {}, False
         if sys.unraisablehook == self._unraisable:
             sys.unraisablehook = self.hook
-        if completed and self.signum and os.environ.get("LOCAL_RANK", "0") == "0":
-            name = signal.Signals(self.signum).name
-            log.warning("%s came after training's last step: every seed is trained and kept", name)
-            _LATE[0] = self.signum
+        if completed and self.signum and say:
+            interrupts.came_after(self.signum, LATE)
 
 
-_LATE = [0]
+LATE = "came after training's last step: every seed is trained and kept"
 
 
 def _importing(frame) -> bool:
@@ -178,7 +184,7 @@ def _importing(frame) -> bool:
 def came_late() -> int:
     """The stop signal a train stage of this process heard after its last step boundary (0: none):
     it stopped nothing there, so what follows in the same command (variant's evaluate) stops."""
-    return _LATE[0]
+    return interrupts.late
 
 
 def watch_launcher(on_gone) -> int | None:

@@ -86,9 +86,6 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
     from ampbench.training import loop, peers
 
     watch = ParamsWatch(cfg, args.params, all_overrides(args))
-    # a DDP worker stops if torchrun dies; any other stage if the DVC that started it dies. Last
-    # before run(): from here a stop raises Stopped, which run() turns into its line and status.
-    stop = StopFlag(watch_parent="RANK" in os.environ)
 
     def run() -> int:
         try:
@@ -106,10 +103,6 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
                     argv,
                     all_overrides(args),
                 )
-        except loop.Stopped as stopped:
-            if int(os.environ.get("RANK", "0")) == 0:
-                log.warning("%s. %s", _where(stopped, work), work_folder.resume_hint(argv))
-            return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
         except Exception as err:
             line = peers.stop_line(err, variant_name(args.parallel, args.precision), work)
             if line is None:
@@ -120,10 +113,18 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
         stop.close(completed=True)
         return 0
 
+    # A DDP worker stops if torchrun dies; any other stage if the DVC that started it dies. Last
+    # before the try: from here a stop raises Stopped (in record's own set-up too: a warm stage
+    # Ctrl-C'd at its first instant ended 143 with cli's line), taken here for its line and status.
     # torchrun's @record writes what escapes into the report it prints: a bug's traceback, never
-    # a stop or a lost peer, which are said above in one line (the worker's exit status tells torchrun)
+    # a stop (a BaseException it lets by) or a lost peer (run's own line); the exit status tells torchrun.
+    stop = StopFlag(watch_parent="RANK" in os.environ)
     try:
         return launch.record(run)()
+    except loop.Stopped as stopped:
+        if int(os.environ.get("RANK", "0")) == 0:
+            log.warning("%s. %s", _where(stopped, work), work_folder.resume_hint(argv))
+        return 128 + (stop.signum or signal.SIGTERM)  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     finally:
         stop.close()
 
