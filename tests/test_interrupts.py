@@ -302,6 +302,13 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001
     assert "this run replaces the pipeline's models/single-fp32 and data/prepared" in caplog.text
     assert "`dvc checkout --force models/single-fp32 data/prepared` puts them back" in caplog.text
+    # a variant whose name begins another's is not that one (pass G: single-autocast's run named
+    # single-autocast_gradscaler's models as its own)
+    caplog.clear()
+    (tmp_path / "models" / "single-autocast").mkdir()
+    (tmp_path / "dvc.lock").write_text("outs:\n- path: models/single-autocast_gradscaler\n", encoding="utf-8")
+    variant._say_what_is_replaced("single-autocast", cfg)  # noqa: SLF001
+    assert caplog.text == ""
 
 
 def test_the_last_commands_handling_leaves_ctrl_c_ignored_not_raising(monkeypatch):

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -86,7 +87,9 @@ def _say_what_is_replaced(variant: str, cfg: Config) -> None:
     """The study's DVC outputs this run replaces, and how they come back (hostile pass Z: a quick
     `mlflow run` after `dvc repro` replaced the study's models and data without a word)."""
     lock = Path("dvc.lock")
-    outputs = lock.read_text(encoding="utf-8") if lock.is_file() else ""
+    text = lock.read_text(encoding="utf-8") if lock.is_file() else ""
+    # each output's own line ("- path: models/single-autocast" is not single-autocast_gradscaler's)
+    outputs = set(re.findall(r"^\s*-?\s*path:\s*(\S+?)/?\s*$", text, re.MULTILINE))
     models = f"models/{variant}"
     replaced = [models] if models in outputs and (MODELS_DIR / variant).is_dir() else []
     if DATA_FILE.exists() and "data/prepared" in outputs and prepared_mismatch(cfg):
