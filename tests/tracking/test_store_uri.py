@@ -112,3 +112,8 @@ def test_an_in_memory_store_or_a_database_named_as_a_path_is_refused_before_any_
         with pytest.raises(store.TrackingError, match=f"{fix}MLFLOW_TRACKING_URI=sqlite:///{db}$"):
             Tracker("cifar10-amp")
     assert locations.unusable("mlruns") == locations.unusable(f"sqlite:///{db}") == ""
+    # slashes missing (pass I: a 62-line SQLAlchemy traceback from every stage)
+    for typed, meant in (("sqlite:mlflow.db", "sqlite:///mlflow.db"), (f"sqlite:{db}", f"sqlite:///{db}")):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", typed)
+        with pytest.raises(store.TrackingError, match=f"SQLAlchemy can read: write {meant} \\(three slashes"):
+            Tracker("cifar10-amp")

@@ -102,7 +102,14 @@ def unusable(uri: str) -> str:
     an in-memory sqlite store (exit 0, every run lost as the command ended, its models naming runs
     that exist nowhere); a sqlite database named as a plain path, which MLflow reads as a folder
     store (whose advice then was to remove the database)."""
-    if uri.split(":")[0].split("+")[0] == "sqlite" and _in_memory(uri):  # sqlite+pysqlite:// too (pass G)
+    if _is_sqlite(uri) and _url(uri) is None:  # sqlite:mlflow.db (pass I: a 62-line traceback)
+        scheme, _, rest = uri.partition(":")
+        return (
+            f"MLFLOW_TRACKING_URI={uri} is not a sqlite URI SQLAlchemy can read: write "
+            f"{scheme}:///{rest} (three slashes "
+            "before a relative path, four before an absolute one)"
+        )
+    if _is_sqlite(uri) and _in_memory(uri):  # sqlite+pysqlite:// too (pass G)
         return (
             f"MLflow store {uri} keeps its runs in memory only, lost as the command ends: set "
             "MLFLOW_TRACKING_URI to sqlite:///<path>.db, or unset it (the repo's mlflow.db)"
@@ -126,17 +133,27 @@ def unusable(uri: str) -> str:
 
 def _in_memory(uri: str) -> bool:
     """SQLAlchemy's reading: no database name (`sqlite://`, `sqlite:///`; pass F) or :memory:."""
-    try:
-        return sqlite_file(uri) is None
-    except Exception:  # noqa: BLE001 - a URI it cannot read: MLflow says what is wrong with it
-        return False
+    return sqlite_file(uri) is None
 
 
 def sqlite_file(uri: str) -> Path | None:
-    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it)."""
-    if uri.split(":")[0].split("+")[0] != "sqlite":  # sqlite: or sqlite+<driver>:
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(uri).database
+    """The database file of a sqlite URI (relative to the working folder, as SQLAlchemy reads it);
+    None for another store, an in-memory one, or one SQLAlchemy cannot read (``unusable`` says so)."""
+    url = _url(uri) if _is_sqlite(uri) else None
+    database = url.database if url is not None else None
     return Path(database) if database and database != ":memory:" else None
+
+
+def _is_sqlite(uri: str) -> bool:
+    return uri.split(":")[0].split("+")[0] == "sqlite"  # sqlite: or sqlite+<driver>:
+
+
+def _url(uri: str):
+    """SQLAlchemy's reading of a URI, or None where it cannot read it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(uri)
+    except (ArgumentError, ValueError):
+        return None
