@@ -367,3 +367,16 @@ def test_a_server_that_asks_for_a_login_is_told_with_the_variables_that_give_one
     line = faults.describe(err.value, uri, None)
     assert line.startswith(f"MLflow tracking server {uri} refused this user (error code {code}"), line
     assert "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)" in line
+
+
+def test_a_store_under_a_file_is_refused_with_a_fix_that_works(tmp_path):
+    """Hostile pass I: sqlite:////etc/passwd/x.db said "refuses writes (Not a directory): make
+    /etc/passwd/x.db writable by this user", which no one can."""
+    from ampbench.tracking import store
+
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    for db in (tmp_path / "notes.txt" / "mlflow.db", tmp_path / "notes.txt" / "sub" / "mlflow.db"):
+        with pytest.raises(store.TrackingError) as err:
+            store.check_sqlite_store(f"sqlite:///{db}")
+        assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in str(err.value)
+        assert "point MLFLOW_TRACKING_URI at a path in a folder" in str(err.value)

@@ -126,6 +126,13 @@ def check_sqlite_store(uri: str) -> None:
         return
     if db.is_dir():
         raise TrackingError(faults.store_is_folder(uri, db))
+    above = next((p for p in db.parents if p.exists()), None)  # pass I: sqlite:////etc/passwd/x.db
+    if above is not None and not above.is_dir():
+        raise TrackingError(
+            f"MLflow store {uri} cannot be made: {above} is a file, not a folder, so no database can "
+            "be created under it: point MLFLOW_TRACKING_URI at a path in a folder "
+            "(sqlite:///<folder>/mlflow.db); then re-run the same command"
+        )
     if db.parent.is_dir() and (reason := unwritable(db.parent)):  # a missing folder: store_lock says so
         raise TrackingError(faults.store_folder_unwritable(uri, db.parent, reason))
     refused = []
