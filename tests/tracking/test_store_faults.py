@@ -380,3 +380,22 @@ def test_a_store_under_a_file_is_refused_with_a_fix_that_works(tmp_path):
             store.check_sqlite_store(f"sqlite:///{db}")
         assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in str(err.value)
         assert "point MLFLOW_TRACKING_URI at a path in a folder" in str(err.value)
+
+
+def test_a_host_that_does_not_resolve_is_no_server_to_start_and_long_reasons_end_on_a_word():
+    """Hostile pass I: `MLFLOW_TRACKING_URI=http://` said "not answering (Name or service not
+    known): start it again"; `databricks`'s reason ended mid-word ("the tracking URI is set co")."""
+    from ampbench.tracking import faults
+
+    class MlflowException(Exception):  # classified by its package's name, as MLflow's own
+        __module__ = "mlflow.exceptions"
+
+    line = faults.describe(MlflowException("Max retries: Name or service not known"), "http://", None)
+    assert line and "(Name or service not known): its host name is unknown: fix or unset" in line
+    assert "start it again" not in line
+    long = "Reading credentials failed. Please ensure that the library is installed, the URI is set " * 3
+    line = faults.describe(MlflowException(long), "databricks", None)
+    assert line
+    reason = line.split(" failed (", 1)[1].split("); check", 1)[0]
+    assert reason.endswith(" ...") and len(reason) <= 204
+    assert f"MlflowException: {long}".startswith(reason.removesuffix(" ...") + " ")  # whole words

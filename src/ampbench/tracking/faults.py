@@ -1,12 +1,7 @@
 """What a broken MLflow store looks like, in one line: the server gone, the database corrupt,
-locked or full. MLflow, SQLAlchemy, sqlite and requests report these as exceptions of their own,
-often wrapped in each other (an MlflowException around a requests error around a urllib3 one);
-``classify`` finds the fault in the whole chain by the exceptions' packages and words, and
-``describe`` says what failed, which store, and what to do. Nothing here imports those packages:
-the CLI uses it on any error without paying for MLflow's import. ``disk_full`` does the same
-for a full disk under any wrapper. The ``store_*`` and ``artifact_root_*`` lines word what
-``tracking.store`` finds before MLflow is asked: a store this user cannot write (left by a
-``sudo`` run), a folder in its place, an artifact root that takes no files.
+locked or full. ``classify`` finds the fault in a chain of wrapped exceptions (MLflow, SQLAlchemy,
+sqlite, requests) by their packages and words, importing none; ``describe`` says what failed, which
+store, and what to do; ``disk_full``, a full disk; ``store_*``, what ``tracking.store`` finds first.
 """
 
 from __future__ import annotations
@@ -76,11 +71,15 @@ def classify(err: BaseException) -> tuple[str, str] | None:
             hit = next((p for p in phrases if p in low), None)
             if hit:
                 if not reason:  # the phrase in its own words, e.g. "file is not a database"
-                    start = low.index(hit)
-                    reason = text[start : start + 120].splitlines()[0].rstrip(").'\"")
+                    reason = _cut(text[low.index(hit) :], 120).rstrip(").'\"")
                 return kind, reason
-    first = texts[0].splitlines()[0][:200]
-    return "other", first
+    return "other", _cut(texts[0], 200)
+
+
+def _cut(text: str, most: int) -> str:
+    """The first line of `text`, at most `most` characters, cut between words (pass I: "... set co")."""
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= most else line[:most].rsplit(" ", 1)[0] + " ..."
 
 
 def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
@@ -93,11 +92,12 @@ def describe(err: BaseException, uri: str, db: Path | None) -> str | None:
         return None
     kind, reason = found
     rerun = "then re-run the same command"
-    if kind in ("refused", "silent", "dropped", "unresolved"):
+    if kind in ("refused", "silent", "dropped", "unresolved"):  # unresolved: no server to start (pass I)
+        again = "start it again (`mlflow server --backend-store-uri ...`), or fix"
         text = (
-            f"MLflow tracking server {uri} is not answering ({reason}): start it again (`mlflow server "
-            "--backend-store-uri ...`), or fix or unset MLFLOW_TRACKING_URI (unset: the repo's "
-            f"mlflow.db); {rerun}"
+            f"MLflow tracking server {uri} is not answering ({reason}): "
+            f"{'its host name is unknown: fix' if kind == 'unresolved' else again} or unset "
+            f"MLFLOW_TRACKING_URI (unset: the repo's mlflow.db); {rerun}"
         )
     elif kind == "login":  # hostile pass L: "see the server's log", for a server that wants a login
         text = f"MLflow tracking server {uri} refused this user ({reason}): {LOGIN}, {rerun}"
