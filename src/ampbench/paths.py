@@ -11,6 +11,7 @@ SOURCE_FILE = DATA_FILE.with_name("source.json")  # the data settings DATA_FILE 
 RAW_DIR = Path("data/raw")
 MODELS_DIR = Path("models")
 WORK_DIR = Path("checkpoints")  # in-progress seeds: checkpoints, finished models (no DVC output)
+TRAIN_LOCK = ".train.lock"  # in WORK_DIR/<variant>/, held by its one trainer (stages/train_lock.py)
 REPORTS_DIR = Path("reports")
 # DVC runs a queued experiment (`dvc exp run --queue`, `--temp`) in a copy of the repository under
 # <repo>/.dvc/tmp/exps/<tmp>/ and deletes that copy when the experiment ends, fails or is killed.

@@ -64,6 +64,33 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_leaves_no_file
     assert not (tmp_path / "checkpoints").exists()  # nothing left where nothing was written
 
 
+def test_new_data_is_not_made_while_a_variant_trains_from_the_old(tmp_path, monkeypatch):
+    """Hostile pass I: a quick `mlflow run` (its download) re-prepared data/prepared while a train
+    stage read it; that stage's models then met other data in evaluate."""
+    from ampbench.config import ConfigError
+    from ampbench.stages import download
+
+    monkeypatch.chdir(tmp_path)
+    download._refuse_while_trained()  # noqa: SLF001 - no trainer, no checkpoints/: nothing said
+    first = _holder(tmp_path, "hold(Path('checkpoints/single-autocast'), 'single-autocast')")
+    try:
+        with pytest.raises(ConfigError) as err:
+            download._refuse_while_trained()  # noqa: SLF001
+        assert str(err.value) == (
+            f"data/prepared is in use: single-autocast is being trained from it by pid {first.pid}, and "
+            f"new data would change under it: wait for it or end it (kill {first.pid}), then run the "
+            "same command again"
+        )
+        # the whole command: refused before anything is fetched, with its status
+        (tmp_path / "params.yaml").write_bytes((REPO / "params.yaml").read_bytes())
+        said = run_cli(tmp_path, "download", "--set", "data.url=file:///nowhere.tar.gz", check=False)
+        assert said.returncode == 2 and "data/prepared is in use: single-autocast" in said.stderr, said.stderr
+    finally:
+        first.kill()
+        first.wait()
+    download._refuse_while_trained()  # noqa: SLF001 - its holder gone, the lock is no one's
+
+
 def test_orphaned_ddp_workers_keep_a_new_launcher_out_until_they_end(tmp_path):
     work = tmp_path / "checkpoints" / "ddp-fp32"
     (work / "seed-0").mkdir(parents=True)  # a checkpoint in progress stays

@@ -13,12 +13,15 @@ import json
 
 from ampbench.config import Config, ConfigError
 from ampbench.config.strict import shown
-from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE
+from ampbench.paths import DATA_FILE, RAW_DIR, SOURCE_FILE, TRAIN_LOCK, WORK_DIR
+from ampbench.tracking.faults import lock_pids
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:
     from ampbench.data import prepared
 
+    if not DATA_FILE.exists() or prepared_mismatch(cfg):
+        _refuse_while_trained()
     d = cfg.data
     summary = prepared.prepare(
         d.url,
@@ -37,6 +40,19 @@ def main(cfg: Config, args, argv: list[str]) -> int:
 
     atomic.atomic_write_text(SOURCE_FILE, json.dumps(made, indent=1) + "\n")  # never through DVC's link
     return 0
+
+
+def _refuse_while_trained() -> None:
+    """New data is not made while a trainer of this project reads the old (hostile pass I: a quick
+    `mlflow run` re-prepared it under a training, whose models then met other data in evaluate).
+    Its lock's holders are read from /proc/locks: a probe of the lock could refuse a trainer starting."""
+    for lock in sorted(WORK_DIR.glob(f"*/{TRAIN_LOCK}")):
+        if pids := lock_pids(lock):
+            raise ConfigError(
+                f"{DATA_FILE.parent} is in use: {lock.parent.name} is being trained from it by pid "
+                f"{', '.join(map(str, pids))}, and new data would change under it: wait for it or end it "
+                f"(kill {' '.join(map(str, pids))}), then run the same command again"
+            )
 
 
 def data_source(cfg: Config) -> dict:

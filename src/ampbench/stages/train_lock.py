@@ -22,10 +22,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ampbench.paths import cannot_hold, unwritable
+from ampbench.paths import TRAIN_LOCK, cannot_hold, unwritable
 from ampbench.tracking.faults import lock_pids
 
-LOCK, WORKERS = ".train.lock", ".workers.lock"
+LOCK, WORKERS = TRAIN_LOCK, ".workers.lock"
 LAUNCHER_ENV = "AMPBENCH_TRAIN_LAUNCHER"  # set by the DDP launcher for its workers: its pid
 
 
