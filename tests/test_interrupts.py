@@ -229,6 +229,7 @@ def test_a_ctrl_c_after_the_command_is_over_is_ignored(monkeypatch):
     import sys
 
     saved = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(interrupts, "last", False)  # cli.run sets it: put back for the next tests
     monkeypatch.setattr(sys, "argv", ["ampbench", "findings"])
     monkeypatch.setattr(cli, "main", lambda: 130)
     monkeypatch.delitem(sys.modules, "torch", raising=False)  # a light command: run() returns
@@ -311,18 +312,51 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     assert caplog.text == ""
 
 
-def test_the_last_commands_handling_leaves_ctrl_c_ignored_not_raising(monkeypatch):
+def test_the_last_commands_end_takes_stops_without_dying_and_says_kept_work_once(monkeypatch, caplog):
     """Hostile pass G: a Ctrl-C between the command's end (noted put Python's handler back) and
-    cli.run's ignore was a KeyboardInterrupt traceback. A command nested in it (`ampbench variant`'s
+    cli.run's ignore was a KeyboardInterrupt traceback; pass H: a SIGTERM there killed a train
+    command whose every seed was kept, without a word. A command nested in it (`ampbench variant`'s
     train) leaves the handling to the outer one."""
-    saved = signal.getsignal(signal.SIGINT)
+    import logging
+    import time
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    saved = {sig: signal.getsignal(sig) for sig in stops}
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     monkeypatch.setattr(interrupts, "last", True)
+    monkeypatch.setattr(interrupts, "_since", 0.0)
+    caplog.set_level(logging.WARNING)
     try:
         with interrupts.noted():
             with interrupts.noted():  # the nested command's
                 pass
-            assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN and interrupts.within
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and not interrupts.within
+            assert signal.getsignal(signal.SIGINT) is interrupts._on_sigint and interrupts.within  # noqa: SLF001
+            interrupts.completed("came as `ampbench train` ended: its work is done and kept")
+        assert not interrupts.within
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):  # a flood: neither raises nor kills
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)
+        assert caplog.text.count("came as `ampbench train` ended: its work is done and kept") == 1
+        assert "SIGINT came as `ampbench train` ended" in caplog.text
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_stop_a_nested_command_said_is_not_said_again_by_the_outer_one():
+    """Hostile pass H: Ctrl-C in `ampbench variant`'s evaluate gave evaluate's "interrupted" line,
+    then variant's own: the outer command's check saw the nested one's Ctrl-C."""
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with interrupts.noted():
+            with pytest.raises(KeyboardInterrupt), interrupts.noted():  # evaluate, which says its stop
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.pause()
+            try:
+                interrupts.check()  # variant: returns evaluate's 130, and says nothing more
+            except KeyboardInterrupt:
+                pytest.fail("the nested command's stop, said again by the outer one")
     finally:
         signal.signal(signal.SIGINT, saved)

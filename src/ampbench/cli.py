@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                         importlib.import_module(library)
             code = command_module(args.command).main(cfg, args, argv)
             interrupts.check()  # a Ctrl-C swallowed on its way: the command did not do what it was asked
+            if not code:  # done: a stop from here to the process's end stops nothing (hostile pass H)
+                interrupts.completed(f"came as `ampbench {args.command}` ended: its work is done and kept")
         return code
     except ConfigError as err:
         log.error("%s%s", err, _outputs_removed())
@@ -275,7 +277,8 @@ def run() -> int:
     code = main()
     # The work is over, stopped or not: a Ctrl-C pressed again has nothing left to stop, and would
     # only break the exit's own clean-up with tracebacks (hostile pass Y: atexit callbacks').
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not its command's own end
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "torch" not in sys.modules:  # a light command: the normal exit is quick
         return code
     from ampbench.process_exit import finish

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 came = False  # a Ctrl-C (or SIGTERM, SIGHUP) arrived within noted()
 signum = 0  # which
@@ -52,10 +53,12 @@ def command_started() -> None:
 @contextlib.contextmanager
 def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
-    set); the handler before is put back after (tests run several commands in one process)."""
-    global came, signum, within, done, late, _told
-    outer, (came, signum, within) = not within, (False, 0, True)
-    complete, (done, late, _told) = done, ("", 0, False)
+    set); the handler before is put back after (tests run several commands in one process). A
+    command within another's (`ampbench variant`'s train and evaluate) says its own stop: the outer
+    one's state is its own again after (hostile pass H: a stop in variant's evaluate, said twice)."""
+    global came, signum, within, done, late, _told, _finished
+    outer, before = not within, (came, signum, done)
+    came, signum, within, done, late, _told = False, 0, True, "", 0, False
     main = threading.current_thread() is threading.main_thread()
     usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
     mine = [sig for sig in STOPS if main and signal.getsignal(sig) is usual[sig]]  # not where ignored
@@ -65,14 +68,34 @@ def noted():
     try:
         yield
     finally:
-        within, done = not outer, complete
+        _finished, within = done, not outer
+        came, signum, done = before if not outer else (came, signum, "")
         sys.unraisablehook = hook
-        # the process's last command: a Ctrl-C from here has nothing left to stop, and would only
-        # break its exit with a traceback (hostile pass G: between main's return and cli.run's ignore)
-        back = signal.SIG_IGN if last and outer else None
+        # The process's last command: a stop from here has nothing left to stop, and would only break
+        # its exit (hostile pass G: a traceback; pass H: SIGTERM's death, without a word, of a train
+        # command whose every seed was kept). Said once where the work was complete (``_ending``).
         for sig in mine:
             if signal.getsignal(sig) is _on_sigint:  # a stage may have set its own
-                signal.signal(sig, back if back is not None and sig == signal.SIGINT else usual[sig])
+                signal.signal(sig, _ending if last and outer else usual[sig])
+
+
+def _ending(sig, frame) -> None:
+    """The last command's handler as its process ends: a stop says, once, that its work is kept
+    (where it was complete) and ends nothing; the same signal again after a second (not a flood:
+    someone insists on an exit that hangs) ends the process as that signal does."""
+    global _since
+    now, since = time.monotonic(), _since
+    _since = now
+    if since and now - since >= 1.0:
+        logging.getLogger(__name__).warning("%s again: ending now", signal.Signals(sig).name)
+        signal.signal(sig, signal.SIG_DFL)
+        signal.raise_signal(sig)
+    if _finished:
+        came_after(sig, _finished)
+
+
+_finished = ""  # the last command's ``done``: what a stop as its process ends says
+_since = 0.0  # the last stop as the process ended
 
 
 def _finalizer_failed(unraisable) -> None:
@@ -95,7 +118,7 @@ def completed(what: str, say: bool = True) -> None:
     False: another process says it (a DDP worker other than its node's first)."""
     global done, _told
     if within:
-        done, _told = what, _told or not say
+        done, _told = done or what, _told or not say  # the first, most precise, stands
 
 
 def came_after(sig: int, what: str) -> None:

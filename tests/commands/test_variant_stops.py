@@ -110,3 +110,32 @@ def test_the_entry_run_is_named_in_the_store_mlflow_run_records_it_in(tmp_path, 
     run = client.get_run(entry.info.run_id)
     assert (run.info.run_name, run.info.status) == ("single-fp32 (mlflow run)", "KILLED")
     assert not (project / "k.db").exists()
+
+
+def test_a_stop_in_the_variants_evaluation_names_the_evaluation_not_the_training(monkeypatch, caplog):
+    """Hostile pass H: Ctrl-C in `ampbench variant`'s evaluate said "To resume: ampbench variant
+    ...", which trained every seed again; the evaluation alone is what is left."""
+    monkeypatch.chdir(REPO)
+    for name in ("AMPBENCH_RESUME_COMMAND", "AMPBENCH_SCOPE", "MLFLOW_RUN_ID"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(variant, "launcher_command", lambda: None)
+    monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
+    monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")
+    monkeypatch.setattr(interrupts, "late", 0)
+    ended = []
+    monkeypatch.setattr(variant, "_end_the_entry_run", ended.append)
+
+    def stage(argv: list[str]) -> int:  # train completes; evaluate is interrupted as cli.main says it
+        return cli._interrupted(argv[0]) if argv[0] == "evaluate" else 0  # noqa: SLF001
+
+    monkeypatch.setattr(cli, "main", stage)
+    argv = ["variant", "--parallel", "single", "--precision", "autocast"]
+    args = cli._parser().parse_args(argv)  # noqa: SLF001
+    assert variant.main(load_config(REPO / "params.yaml"), args, argv) == 128 + signal.SIGINT
+    said = "`ampbench evaluate` stopped before it finished; the stages that finished are kept. To resume: "
+    assert said in caplog.text
+    assert "To resume: ampbench evaluate --parallel single --precision autocast --params params.yaml" in (
+        caplog.text
+    )
+    assert ended == ["KILLED"]  # `mlflow run`'s own run too

@@ -69,15 +69,18 @@ def main(cfg: Config, args, argv: list[str]) -> int:
         timing.command_starts()
     v = ["--parallel", args.parallel, "--precision", args.precision]
     code = cli.main(["train", *v, *base])
+    evaluate = shlex.join(["ampbench", "evaluate", *v, *base])
     if not code and (late := came_late()):  # hostile pass O: evaluated, answered, then died of it
-        evaluate = shlex.join(["ampbench", "evaluate", *v, *base])
         log.warning("stopped before the evaluation; to evaluate the trained seeds: %s", evaluate)
         code = 128 + late
-    if code > 128:  # stopped by a signal: 128 + its number
-        _end_the_entry_run("KILLED")  # `mlflow run` itself may be gone (what stopped the stage)
     if not code:
         timing.command_starts()  # evaluate's start-up is not the training before it
+        # what is left is the evaluation: a stop names the command that does it (hostile pass H:
+        # "To resume: ampbench variant ...", which trained every seed again)
+        os.environ["AMPBENCH_RESUME_COMMAND"] = evaluate
         code = cli.main(["evaluate", *v, *base])
+    if code > 128:  # stopped by a signal: 128 + its number
+        _end_the_entry_run("KILLED")  # `mlflow run` itself may be gone (what stopped the stage)
     if not code:
         _publish_answer(cfg, variant_name(args.parallel, args.precision), args.quick)
     return code

@@ -119,8 +119,9 @@ def _become_client(conn, request: dict, fds: list[int], server, parent: int) -> 
     _name(f"ampbench-{request['argv'][0] if request['argv'] else ''}")
     _as_if_started_here(request)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # what arrived meanwhile is delivered now
-    from ampbench import cli, process_exit
+    from ampbench import cli, interrupts, process_exit
 
+    interrupts.last = True  # this process ends with its command, as cli.run's does
     code = 1
     try:
         code = cli.main(request["argv"])
