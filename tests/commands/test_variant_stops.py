@@ -37,13 +37,8 @@ def test_a_stopped_variant_names_itself_to_resume_and_evaluates_nothing(sig, mon
     assert seen == [("train", said)]  # what its stop line says; no evaluate after a stop
 
 
-def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluation(monkeypatch, caplog):
-    """Hostile pass O: Ctrl-C just after the last step said "stopping at the next step boundary",
-    then the variant evaluated, printed its whole answer, and only then died of the signal (-2).
-    The train stage now puts the handlers back and says the signal came late; the variant stops
-    there with the command that evaluates the trained seeds."""
-    from ampbench.stages import stop
-
+def _variant_in_the_repo(monkeypatch) -> None:
+    """`ampbench variant` run in the repo by hand (no `mlflow run`), its data taken as prepared."""
     monkeypatch.chdir(REPO)
     for name in ("AMPBENCH_RESUME_COMMAND", "AMPBENCH_SCOPE", "MLFLOW_RUN_ID"):
         monkeypatch.setenv(name, "")
@@ -52,6 +47,16 @@ def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluatio
     monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
     monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")
     monkeypatch.setattr(interrupts, "late", 0)
+
+
+def test_a_stop_after_trainings_last_step_stops_the_variant_before_its_evaluation(monkeypatch, caplog):
+    """Hostile pass O: Ctrl-C just after the last step said "stopping at the next step boundary",
+    then the variant evaluated, printed its whole answer, and only then died of the signal (-2).
+    The train stage now puts the handlers back and says the signal came late; the variant stops
+    there with the command that evaluates the trained seeds."""
+    from ampbench.stages import stop
+
+    _variant_in_the_repo(monkeypatch)
     monkeypatch.setattr(interrupts, "_told", False)
     monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: None)
     before = signal.getsignal(signal.SIGINT)
@@ -115,14 +120,7 @@ def test_the_entry_run_is_named_in_the_store_mlflow_run_records_it_in(tmp_path, 
 def test_a_stop_in_the_variants_evaluation_names_the_evaluation_not_the_training(monkeypatch, caplog):
     """Hostile pass H: Ctrl-C in `ampbench variant`'s evaluate said "To resume: ampbench variant
     ...", which trained every seed again; the evaluation alone is what is left."""
-    monkeypatch.chdir(REPO)
-    for name in ("AMPBENCH_RESUME_COMMAND", "AMPBENCH_SCOPE", "MLFLOW_RUN_ID"):
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(variant, "launcher_command", lambda: None)
-    monkeypatch.setattr(variant, "prepared_mismatch", lambda cfg: "")
-    monkeypatch.setattr(variant, "DATA_FILE", REPO / "params.yaml")
-    monkeypatch.setattr(interrupts, "late", 0)
+    _variant_in_the_repo(monkeypatch)
     ended = []
     monkeypatch.setattr(variant, "_end_the_entry_run", ended.append)
 
