@@ -344,19 +344,26 @@ def test_the_last_commands_end_takes_stops_without_dying_and_says_kept_work_once
             signal.signal(sig, handler)
 
 
-def test_a_stop_a_nested_command_said_is_not_said_again_by_the_outer_one():
-    """Hostile pass H: Ctrl-C in `ampbench variant`'s evaluate gave evaluate's "interrupted" line,
-    then variant's own: the outer command's check saw the nested one's Ctrl-C."""
-    saved = signal.getsignal(signal.SIGINT)
+def test_a_stop_a_nested_command_said_is_not_said_again_by_the_outer_one(monkeypatch, caplog):
+    """Hostile pass H: SIGTERM in `ampbench variant`'s evaluate gave evaluate's "interrupted" line,
+    then variant's own: the outer command's check saw the nested one's stop. Said once, with
+    SIGTERM's name and status."""
+    monkeypatch.delenv("AMPBENCH_RESUME_COMMAND", raising=False)
+    stops = (signal.SIGINT, signal.SIGTERM)
+    saved = {sig: signal.getsignal(sig) for sig in stops}
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with interrupts.noted():
-            with pytest.raises(KeyboardInterrupt), interrupts.noted():  # evaluate, which says its stop
-                os.kill(os.getpid(), signal.SIGINT)
+            with pytest.raises(KeyboardInterrupt), interrupts.noted():  # evaluate
+                os.kill(os.getpid(), signal.SIGTERM)
                 signal.pause()
+            assert cli._interrupted("evaluate") == 128 + signal.SIGTERM  # noqa: SLF001 - as cli.main does
             try:
-                interrupts.check()  # variant: returns evaluate's 130, and says nothing more
+                interrupts.check()  # variant: returns evaluate's 143, and says nothing more
             except KeyboardInterrupt:
                 pytest.fail("the nested command's stop, said again by the outer one")
     finally:
-        signal.signal(signal.SIGINT, saved)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert "interrupted (SIGTERM): `ampbench evaluate` stopped before it finished" in caplog.text

@@ -240,6 +240,7 @@ def _interrupted(command: str) -> int:
     sig = interrupts.signum or signal.SIGINT  # a SIGTERM or SIGHUP stops a command as Ctrl-C does
     said = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
     log.error("interrupted (%s): `ampbench %s` stopped before it finished; %s", said, command, how)
+    interrupts.said()
     return 128 + sig
 
 

@@ -54,10 +54,10 @@ def command_started() -> None:
 def noted():
     """Within: each Ctrl-C noted, then raised as Python's own handler would (only where that one is
     set); the handler before is put back after (tests run several commands in one process). A
-    command within another's (`ampbench variant`'s train and evaluate) says its own stop: the outer
-    one's state is its own again after (hostile pass H: a stop in variant's evaluate, said twice)."""
+    command within another's (`ampbench variant`'s train and evaluate) says its own stop, which
+    ``said`` marks as said for the outer one."""
     global came, signum, within, done, late, _told, _finished
-    outer, before = not within, (came, signum, done)
+    outer, before = not within, done
     came, signum, within, done, late, _told = False, 0, True, "", 0, False
     main = threading.current_thread() is threading.main_thread()
     usual = {sig: signal.SIG_DFL for sig in STOPS} | {signal.SIGINT: signal.default_int_handler}
@@ -68,8 +68,7 @@ def noted():
     try:
         yield
     finally:
-        _finished, within = done, not outer
-        came, signum, done = before if not outer else (came, signum, "")
+        _finished, within, done = done, not outer, before
         sys.unraisablehook = hook
         # The process's last command: a stop from here has nothing left to stop, and would only break
         # its exit (hostile pass G: a traceback; pass H: SIGTERM's death, without a word, of a train
@@ -163,6 +162,13 @@ def held():
             before[sig](sig, None)
         elif before[sig] == signal.SIG_DFL:
             os.kill(os.getpid(), sig)
+
+
+def said() -> None:
+    """The stop is said, with its command's status: a command this one runs within (`ampbench
+    variant`) returns that status without saying it again (hostile pass H: said twice)."""
+    global came
+    came = came and not within
 
 
 def check() -> None:
