@@ -126,3 +126,31 @@ def test_a_stage_interrupted_under_make_run_is_said_once(monkeypatch, caplog, re
         assert quiet.stage_said_it  # so the pipeline adds no second line
     else:
         assert stage_line.endswith("run the same command again") and not quiet.stage_said_it
+
+
+def test_a_stop_a_stage_ended_nothing_with_stops_dvc_before_its_next_stage(monkeypatch):
+    """Hostile pass J: Ctrl-C or SIGTERM as the download stage's work was done ("came as `ampbench
+    download` ended: its work is done and kept", exit 0): DVC, which ignores SIGINT while a stage
+    runs, went on to train, evaluate and compare, and the pipeline ended 0."""
+    import logging
+
+    from dvc.stage import run
+
+    from ampbench import dvc_guard
+
+    quiet = dvc_run.Quiet()
+    monkeypatch.setattr(run, "signal", run.signal)  # put back after
+    dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint)
+    saved = signal.getsignal(signal.SIGINT)
+    try:
+        before = run.signal.signal(signal.SIGINT, signal.SIG_IGN)  # as dvc.stage.run._run does
+        os.kill(os.getpid(), signal.SIGINT)  # the stage takes it; here it is noted, not raised
+        time.sleep(0.05)
+        run.signal.signal(signal.SIGINT, before)
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    assert quiet.signum == signal.SIGINT
+    starting = logging.LogRecord("dvc", logging.INFO, __file__, 1, "Running stage '%s':", ("train@x",), None)
+    with pytest.raises(KeyboardInterrupt):  # DVC's own "interrupted by the user": no stage starts
+        quiet.filter(starting)
+    assert dvc_run.Quiet().filter(starting)  # without a stop: said as ever

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -154,3 +155,18 @@ def main(data_url: str = "") -> int:
 
 if __name__ == "__main__":
     sys.exit(main(*sys.argv[1:2]))
+
+
+def note_ctrl_c_in_stages(noted) -> None:
+    """DVC ignores SIGINT while a stage's command runs (dvc.stage.run: the stage takes it); here
+    ``noted`` takes it instead, so that a Ctrl-C the stage ended nothing with (it came as the
+    stage's work was done: hostile pass J) stops DVC before its next stage."""
+    import types
+
+    from dvc.stage import run
+
+    def noting(sig, handler):
+        ignored = sig == signal.SIGINT and handler is signal.SIG_IGN
+        return signal.signal(sig, noted if ignored else handler)
+
+    run.signal = types.SimpleNamespace(**{**vars(signal), "signal": noting})  # type: ignore[attr-defined]

@@ -3,28 +3,22 @@
     python -m ampbench.dvc_run repro
     python -m ampbench.dvc_run exp run -S data.url=/path/to/cifar10.tar.gz
 
-1. ``dvc exp run`` first checks the declared outputs out against dvc.lock with force, and warns
-   "No file hash info found for '<out>'. It won't be created." for every output without a hash
-   yet: all of them on a first run (no dvc.lock), the unfinished ones after a stop. Nothing is
-   wrong and nothing is to be done (the stages create them), so these warnings are dropped.
+1. ``dvc exp run``'s "No file hash info found for '<out>'. It won't be created." for every output
+   without a hash yet (all of them on a first run, the unfinished ones after a stop) is dropped:
+   nothing is wrong and nothing is to be done, the stages create them.
 2. A stop (Ctrl-C, SIGTERM) is not a crash: the stage saves, prints what it saved and how to
-   resume, and exits 130 / 143; DVC would then print "ERROR: failed to reproduce ... exited with
-   130" and exit 255. Here DVC's error becomes one line (only where the stage printed none: a
-   train stage that saved prints its own) and the exit status the conventional 128 + signal.
-
-SIGTERM (or SIGHUP, unless nohup ignored it) to this process while a stage runs is passed on to
-the stage (which may have got it too: one stop) and waits for it to save, as DVC does for
-SIGINT; outside a stage it interrupts DVC as Ctrl-C would. ``AMPBENCH_RESUME_COMMAND`` (set by
-the Makefile) is the command the stop line names; default: this dvc command.
-
-3. DVC's bookkeeping is not the user's business: the command line of each stage ("> ampbench
-   ..."), the blank line after it, "Updating lock file", the git tips ("To track the changes with
-   git ...", autostage) and "Use `dvc push` ..." are dropped (AMPBENCH_DEBUG=1 keeps the log
-   lines), so that the run ends on the compare stage's answer. With nothing
-   to run, "Data and pipelines are up to date." is followed by where that answer is.
+   resume, and exits 130 / 143, where DVC would print "ERROR: failed to reproduce ... exited with
+   130" and exit 255. Here DVC's error becomes one line (only where the stage printed none) and
+   the exit status 128 + signal. SIGTERM (or SIGHUP, unless nohup ignored it) while a stage runs
+   is passed on to the stage, which saves, as DVC does for SIGINT; outside a stage it interrupts
+   DVC as Ctrl-C would; a stop the stage ended nothing with (it came as its work was done) stops
+   DVC before its next stage. ``AMPBENCH_RESUME_COMMAND`` (set by the Makefile) is the command
+   the stop line names; default: this dvc command.
+3. DVC's bookkeeping ("> ampbench ...", the blank line after it, "Updating lock file", git tips,
+   "Use `dvc push` ...") is dropped (AMPBENCH_DEBUG=1 keeps it): the run ends on the compare
+   stage's answer; with nothing to run, "Data and pipelines are up to date." says where it is.
 4. A Ctrl-C outside a stage (while DVC or the warm server starts or ends) ends the command with one
    line, or none after a finished run, never a traceback.
-
 5. The stages DVC starts run warm: in forks of a server, started here and ended with this
    command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
 6. Before DVC runs: a params file DVC would choke on, a project another pipeline command is
@@ -46,6 +40,7 @@ from ampbench.chains import chain
 from ampbench.warm import scope
 
 HASH_WARNING = "No file hash info found for"
+NEXT_STAGE = "Running stage "  # DVC's line as it starts a stage's command
 # a stage's exit status after a stop: 128 + signal (it saved and exited), or -signal (it died of it)
 # Ctrl-\, a batch system's warnings and `timeout -s ...` too (hostile pass S: a job-wide SIGUSR1
 # killed this command, its DVC locks left behind, while its stage saved and said so)
@@ -93,6 +88,10 @@ class Quiet(logging.Filter):
         self.verbose = os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off")
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.signum and record.getMessage().startswith(NEXT_STAGE):
+            # a stop during the stage before, which ended nothing there (its work was done: hostile
+            # pass J, the pipeline then ran its every other stage, exit 0): DVC stops before this one
+            raise KeyboardInterrupt
         if record.levelno == logging.WARNING and record.getMessage().startswith(HASH_WARNING):
             return False
         if record.levelno == logging.INFO and not self.verbose:
@@ -120,6 +119,11 @@ class Quiet(logging.Filter):
             )
             return False
         return True
+
+    def noted_sigint(self, signum, frame) -> None:
+        """Ctrl-C while a stage runs, where DVC ignores it (the stage takes it): noted, so that
+        ``filter`` stops DVC before its next stage."""
+        self.signum = self.signum or signal.SIGINT
 
     def on_sigint(self, signum, frame) -> None:
         """Ctrl-C, as Python's own handler, remembered: DVC may swallow the KeyboardInterrupt
@@ -258,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(quiet)
         _quiet_ui()
+        dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint)
         for sig in STOPS[1:]:  # SIGINT's is above
             if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's kept
                 signal.signal(sig, quiet.on_sigterm)  # else this died at once, and make said so

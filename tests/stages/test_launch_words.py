@@ -55,3 +55,35 @@ def test_under_nohup_torchruns_agent_leaves_sighup_ignored(monkeypatch, tmp_path
 
 
 ENV = "PET_SIGNALS_TO_HANDLE"  # torchrun's --signals-to-handle
+
+
+def test_a_stop_after_the_workers_published_every_seed_is_no_stop(monkeypatch, tmp_path: Path, caplog):
+    """Hostile pass J: SIGTERM just after the last seed of a DDP stage: rank 0 said it "came after
+    training's last step: every seed is trained and kept", then the launcher said "nothing was
+    saved", 143, and its resume trained every seed again."""
+    import signal
+
+    import torch.distributed.run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from ampbench.config import load_config
+    from conftest import REPO
+
+    cfg = load_config(REPO / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    work = Path("checkpoints") / "ddp-fp32"
+
+    def workers(args, published=True):
+        for seed in cfg.train.seeds if published else cfg.train.seeds[:1]:
+            (Path("models/ddp-fp32") / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+            (Path("models/ddp-fp32") / f"seed-{seed}" / "model.pt").write_bytes(b"x")
+        raise SignalException("stopped", sigval=signal.SIGTERM)
+
+    monkeypatch.setattr(torch_run, "main", workers)
+    assert launch.torchrun(["train"], cfg, work, HINT) == 0
+    assert "stopped by" not in caplog.text
+    monkeypatch.setattr(torch_run, "main", lambda args: workers(args, published=False))
+    os.utime(Path("models/ddp-fp32/seed-1/model.pt"), (0, 0))  # an older study's, not this launch's
+    monkeypatch.setattr(launch, "_fail_dangling_runs", lambda cfg, work: None)
+    assert launch.torchrun(["train"], cfg, work, HINT) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM: the DDP workers stopped before their first checkpoint" in caplog.text

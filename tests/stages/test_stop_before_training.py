@@ -236,3 +236,22 @@ def test_a_stop_while_the_handlers_go_in_comes_once_they_are_in(handlers, monkey
     with pytest.raises(Stopped, match="before the first training step"):
         time.sleep(5)
     assert flag.signum == signal.SIGINT
+
+
+def test_the_jobs_own_sigterm_after_its_launchers_death_is_the_same_stop(handlers, monkeypatch):
+    """Hostile pass J: a SIGTERM to `mlflow run`'s (or `dvc repro`'s) group; the stage saw its
+    launcher die first, then its own SIGTERM reached the handler more than a second later (a long
+    step): "SIGTERM again: stopping now", no checkpoint, its runs left RUNNING."""
+    from ampbench.stages import stop
+
+    raised = []
+    monkeypatch.setattr(stop.signal, "raise_signal", raised.append)
+    monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: None)
+    flag = StopFlag()
+    assert flag() is False  # the loop is there
+    flag._launcher_gone()  # noqa: SLF001 - what the launcher watch calls
+    time.sleep(1.1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    assert flag() is True and not raised
+    assert signal.getsignal(signal.SIGTERM) == flag._handle  # noqa: SLF001 - still the stage's

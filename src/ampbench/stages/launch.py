@@ -16,10 +16,13 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
+
+from ampbench.paths import MODELS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +82,19 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         # the ignored SIGHUP, as their StopFlag keeps it
         # torchrun's --signals-to-handle (read from PET_SIGNALS_TO_HANDLE) sets the agent's list
         os.environ["PET_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"
-    code = 1
+    code, started = 1, time.time()
     try:
         torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause
         code = 0
     except ChildFailedError as failed:
         log.error("%s", failed)  # torchrun's report: the failing worker's traceback as the Root Cause
     except SignalException as stop:  # the workers were told to stop (and saved) first
-        log.warning(
-            "stopped by %s: %s", signal.Signals(stop.sigval).name, _what_was_saved(work_dir, resume_hint)
-        )
-        code = 128 + int(stop.sigval)
+        # or they had published every seed: rank 0 said the stop came late (hostile pass J: "nothing
+        # was saved", 143, and a resume that trained every seed again)
+        code = 0 if _published_since(work_dir.name, cfg.train.seeds, started) else 128 + int(stop.sigval)
+        if code:
+            name = signal.Signals(stop.sigval).name
+            log.warning("stopped by %s: %s", name, _what_was_saved(work_dir, resume_hint))
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
         log.exception("torchrun's agent failed")
     finally:
@@ -99,6 +104,15 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         if code:
             _fail_dangling_runs(cfg, work_dir)
     return code
+
+
+def _published_since(variant: str, seeds, since: float) -> bool:
+    """Every seed's model of ``variant`` published by this launch (at or after ``since``)."""
+    models = [MODELS_DIR / variant / f"seed-{seed}" / "model.pt" for seed in seeds]
+    try:
+        return all(m.stat().st_mtime >= since - 1.0 for m in models)  # (file times: coarse)
+    except OSError:  # one missing: not all published
+        return False
 
 
 def _what_was_saved(work_dir: Path, resume_hint: str) -> str:

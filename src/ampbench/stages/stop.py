@@ -52,6 +52,7 @@ class StopFlag:
 
     def __init__(self, watch_parent: bool = False) -> None:
         self.signum, self.since = 0, 0.0
+        self.watched = False  # the stop came from the launcher's death (``_launcher_gone``)
         # Until the loop first asks (after its first step), no step boundary may ever come: a model
         # factory that never returns (final pass I: "stopping at the next step boundary", then 105 s
         # of silence). A process of its own stops there and then; a DDP worker keeps to the flag,
@@ -88,6 +89,9 @@ class StopFlag:
 
     def _launcher_gone(self) -> None:
         self.signum = self.signum or signal.SIGTERM  # as if the launcher had sent SIGTERM first
+        # the job's own SIGTERM may reach the handler later, after a long step: the same stop, not
+        # a second request (hostile pass J: "SIGTERM again", no checkpoint, runs left RUNNING)
+        self.watched = True
 
     def _handle(self, signum, frame) -> None:
         if self.deferred:  # this stop again (_again): the import it came in may be over
@@ -97,9 +101,9 @@ class StopFlag:
         if self.signum == signum:
             # Within a second it is the same stop arriving twice (a SIGTERM to a whole job reaches a
             # warm stage directly and through its client), not a second request.
-            if time.monotonic() - self.since < 1.0:  # (and a key held or pressed again and again:
-                self.since = time.monotonic()  # hostile pass F, a flood ended a stop under way hard)
-                return
+            if self.watched or time.monotonic() - self.since < 1.0:  # (and a key held or pressed
+                self.since, self.watched = time.monotonic(), False  # again and again: hostile pass F,
+                return  # a flood ended a stop under way hard)
             log.warning("%s again: stopping now, without a checkpoint of this step", name)
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
