@@ -367,3 +367,21 @@ def test_a_stop_a_nested_command_said_is_not_said_again_by_the_outer_one(monkeyp
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     assert "interrupted (SIGTERM): `ampbench evaluate` stopped before it finished" in caplog.text
+
+
+def test_a_ctrl_c_as_a_pipeline_stage_loads_names_the_pipelines_command(tmp_path):
+    """Hostile pass J: Ctrl-C just as `make run` started a stage said "`ampbench train` stopped
+    before it started; run the same command again": a command the user never typed."""
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(EARLY_CTRL_C, encoding="utf-8")
+    path = os.pathsep.join([str(tmp_path), str(REPO / "src")])
+    env = {**os.environ, "PYTHONPATH": path, "CTRL_C_IN": "signal", "AMPBENCH_RESUME_COMMAND": "make run"}
+    argv = [sys.executable, "-m", "ampbench", "compare"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stderr == (
+        "interrupted (Ctrl-C): `ampbench compare` stopped before it started; the stages that finished are "
+        "kept. To resume: make run\n"
+    ), proc.stderr
+    assert proc.returncode == 128 + signal.SIGINT

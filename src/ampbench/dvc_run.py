@@ -159,15 +159,20 @@ class Quiet(logging.Filter):
 
 def stop_line(quiet: Quiet, argv: list[str]) -> str:
     """What a stop says where the stage said nothing (every stage but train's)."""
-    resume = os.environ.get(RESUME_ENV) or shlex.join(["dvc", *argv])
+    resume = os.environ.get(RESUME_ENV) or resume_command(argv)
     where = f" during stage '{quiet.stopped_stage}'" if quiet.stopped_stage else ""
     name = signal.Signals(quiet.signum).name
     return f"Stopped by {name}{where}; the stages that finished are kept. To resume: {resume}"
 
 
+def resume_command(argv: list[str]) -> str:
+    """This dvc command without -f/--force, which would run the finished stages again (pass J)."""
+    return shlex.join(["dvc", *(a for a in argv if a not in ("-f", "--force"))])
+
+
 def killed_line(stage: str, argv: list[str]) -> str:
     """What a stage killed outright (no chance to save or say anything) leaves, and the way on."""
-    resume = os.environ.get(RESUME_ENV) or shlex.join(["dvc", *argv])
+    resume = os.environ.get(RESUME_ENV) or resume_command(argv)
     kept = (
         "its last checkpoint (at most train.checkpoint_every_s of training old) is kept, its MLflow runs "
         "stay RUNNING until the re-run resumes them"

@@ -15,11 +15,12 @@ import sys
 
 def _before_start(signum: int, frame) -> None:
     command = " ".join(sys.argv[1:2])
-    print(
-        f"interrupted (Ctrl-C): `ampbench {command}` stopped before it started; run the same command again",
-        file=sys.stderr,
-        flush=True,
-    )
+    # under a pipeline, its own command resumes it (hostile pass J: "run the same command again"
+    # named a stage's `ampbench train`, which the user never typed)
+    again = os.environ.get("AMPBENCH_RESUME_COMMAND")
+    how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
+    print(f"interrupted (Ctrl-C): `ampbench {command}` stopped before it started; {how}", file=sys.stderr)
+    sys.stderr.flush()
     os._exit(128 + signum)
 
 

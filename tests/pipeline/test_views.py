@@ -138,6 +138,8 @@ def test_dvc_run_drops_the_hash_warnings_and_turns_a_stop_into_its_status():
     assert (other.stopped_stage, other.signum, other.stage_said_it) == ("evaluate", signal.SIGTERM, False)
     line = dvc_run.stop_line(quiet, ["repro"])
     assert line.startswith("Stopped by SIGINT during stage 'train@single-fp32'") and "dvc repro" in line
+    # hostile pass J: "To resume: dvc repro -f", which runs the finished stages again
+    assert dvc_run.stop_line(quiet, ["repro", "-f", "train@x"]).endswith("To resume: dvc repro train@x")
 
 
 # ------------------------------------------------------------------ the offline plots page
