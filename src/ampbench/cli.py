@@ -234,6 +234,8 @@ def _interrupted(command: str) -> int:
     # Under `make run` the pipeline's own command resumes it (final pass G: this line said "the same
     # command", then the pipeline's line another); the pipeline then adds no line of its own.
     again = os.environ.get("AMPBENCH_RESUME_COMMAND")
+    if command == "variant":  # stopped outside its stages: `mlflow run`'s run (hostile pass K)
+        again = again or command_module("variant").stopped_outside_its_stages()
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
     if again and command == "estimate":  # make run's estimate, before any stage (hostile pass WARN)
         how = f"nothing ran yet. To run the study: {again}"

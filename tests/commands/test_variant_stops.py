@@ -138,3 +138,24 @@ def test_a_stop_in_the_variants_evaluation_names_the_evaluation_not_the_training
         caplog.text
     )
     assert ended == ["KILLED"]  # `mlflow run`'s own run too
+
+
+def test_a_stop_before_the_variants_stages_ends_mlflow_runs_run_killed(monkeypatch, caplog):
+    """Hostile pass K: a SIGTERM to `mlflow run`'s group 0.3-1.5 s in, while `ampbench variant`
+    still started: its line said "run the same command again", and `mlflow run`'s run stayed
+    RUNNING for good under MLflow's random name."""
+    _variant_in_the_repo(monkeypatch)
+    monkeypatch.setenv("MLFLOW_RUN_ID", "0123456789abcdef")
+    ended = []
+    monkeypatch.setattr(variant, "_end_the_entry_run", ended.append)
+    monkeypatch.setattr(variant, "launcher_command", lambda: "mlflow run . -P parallel=single")
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # as a stop in the command's start-up is
+
+    monkeypatch.setattr(cli, "load_config", stopped)
+    assert cli.main(["variant", "--parallel", "single", "--precision", "fp32"]) == 128 + signal.SIGINT
+    assert ended == ["KILLED"]
+    assert "stopped before it finished; the stages that finished are kept. To resume: mlflow run . -P " in (
+        caplog.text
+    )

@@ -167,8 +167,11 @@ def test_a_real_accuracy_difference_and_the_claim4_run():
 
 def test_missing_inputs_say_how_to_make_them(tmp_path: Path):
     _write(tmp_path / "reports", PROJECT)
-    with pytest.raises(findings.FindingsError, match=r"single-fp32\.json.*make tutorial DATA="):
+    with pytest.raises(findings.FindingsError, match=r"single-fp32\.json.*make tutorial DATA=") as err:
         findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", None, tmp_path / "F.md", None)
+    # hostile pass K: a study whose params.yaml leaves variants out, where `dvc repro` makes none
+    named = "with params.yaml's `variants` naming them (`parallel` with single, `precision` with all three)"
+    assert named in str(err.value)
     _write(tmp_path / "tutorial/reports", TUTORIAL)
     with pytest.raises(findings.FindingsError, match="ampbench bench"):
         findings.main(

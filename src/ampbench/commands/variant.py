@@ -148,6 +148,14 @@ def _name_the_entry_run(variant: str) -> None:
     _on_the_entry_run(lambda client, run_id: client.set_tag(run_id, "mlflow.runName", name))
 
 
+def stopped_outside_its_stages() -> str | None:
+    """A stop outside the stages it runs (its own start-up, before ``main``): `mlflow run`'s run
+    ends KILLED, not RUNNING for good under MLflow's random name (hostile pass K: a SIGTERM to its
+    group 0.3-1.5 s in); the command that resumes it, where one started this one."""
+    _end_the_entry_run("KILLED")
+    return launcher_command()
+
+
 def _end_the_entry_run(status: str) -> None:
     """Under `mlflow run`, end its run with ``status``: MLflow ends it when its command exits, but
     a killed `mlflow run` (what stops the stage) would leave it RUNNING for good."""

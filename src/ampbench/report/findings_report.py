@@ -42,8 +42,10 @@ def load_study(folder: Path, label: str, how: str) -> dict[str, dict]:
     missing = [v for v in SINGLE if v not in found]
     if missing:
         names = ", ".join(f"{metrics}/{v}.json" for v in missing)
-        raise FindingsError(
-            f"{label}: missing {names} (written by `ampbench evaluate`); produce them with {how}"
+        raise FindingsError(  # hostile pass K: where params.yaml leaves them out, `how` alone makes none
+            f"{label}: missing {names} (written by `ampbench evaluate`); findings needs the three single "
+            f"variants ({', '.join(SINGLE)}): produce them with {how}, with params.yaml's `variants` "
+            "naming them (`parallel` with single, `precision` with all three)"
         )
     return found
 

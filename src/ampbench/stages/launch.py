@@ -23,6 +23,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ampbench.paths import MODELS_DIR
+from ampbench.stages.stop import LATE
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +93,11 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         # or they had published every seed: rank 0 said the stop came late (hostile pass J: "nothing
         # was saved", 143, and a resume that trained every seed again)
         code = 0 if _published_since(work_dir.name, cfg.train.seeds, started) else 128 + int(stop.sigval)
+        name = signal.Signals(stop.sigval).name
         if code:
-            name = signal.Signals(stop.sigval).name
             log.warning("stopped by %s: %s", name, _what_was_saved(work_dir, resume_hint))
+        else:  # rank 0 may have ended before it came (pass K: no line)
+            log.warning("%s %s", name, LATE)
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
         log.exception("torchrun's agent failed")
     finally:
