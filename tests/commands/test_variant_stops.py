@@ -159,3 +159,23 @@ def test_a_stop_before_the_variants_stages_ends_mlflow_runs_run_killed(monkeypat
     assert "stopped before it finished; the stages that finished are kept. To resume: mlflow run . -P " in (
         caplog.text
     )
+
+
+def test_a_stop_that_broke_mlflows_import_ends_the_run_from_a_fresh_interpreter(tmp_path, monkeypatch):
+    """Hostile pass K, checked by hand: the SIGTERM landed inside `import mlflow`; ending the run
+    then failed on the half-made module ("partially initialized module 'mlflow'"), a traceback."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("entry"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+
+    def half_imported(status: str) -> None:
+        raise AttributeError("partially initialized module 'mlflow' has no attribute 'version'")
+
+    monkeypatch.setattr(variant, "_end_the_entry_run", half_imported)
+    monkeypatch.setattr(variant, "launcher_command", lambda: None)
+    assert variant.stopped_outside_its_stages() is None
+    assert client.get_run(run.info.run_id).info.status == "KILLED"

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice, yes_no
@@ -152,8 +153,23 @@ def stopped_outside_its_stages() -> str | None:
     """A stop outside the stages it runs (its own start-up, before ``main``): `mlflow run`'s run
     ends KILLED, not RUNNING for good under MLflow's random name (hostile pass K: a SIGTERM to its
     group 0.3-1.5 s in); the command that resumes it, where one started this one."""
-    _end_the_entry_run("KILLED")
+    try:
+        _end_the_entry_run("KILLED")
+    except Exception:  # noqa: BLE001 - the stop broke MLflow's import half-way: a fresh interpreter ends it
+        _end_elsewhere("KILLED")
     return launcher_command()
+
+
+def _end_elsewhere(status: str) -> None:
+    """`mlflow run`'s run ended with ``status`` by a fresh interpreter, with its own MLflow."""
+    import subprocess
+
+    from ampbench.tracking import store
+
+    end = "import sys, mlflow; mlflow.MlflowClient(sys.argv[1]).set_terminated(*sys.argv[2:])"
+    with contextlib.suppress(Exception):
+        run = [sys.executable, "-c", end, store.tracking_uri(), os.environ["MLFLOW_RUN_ID"], status]
+        subprocess.run(run, capture_output=True, timeout=60, check=False)
 
 
 def _end_the_entry_run(status: str) -> None:
