@@ -153,7 +153,7 @@ class Quiet(logging.Filter):
         signal_own_stages(signum)
         # DVC ignores SIGINT exactly while a stage's command runs: then the stage stops and saves,
         # and its exit status ends the run. Otherwise stop DVC now.
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, self.noted_sigint):  # (== for methods)
             raise KeyboardInterrupt
 
 
