@@ -108,7 +108,7 @@ tutorial: install
 ifdef DATA
 	sed -i $(call q,s|^  url: .*|  url: $(DATA_URL)|) tutorial/params.yaml
 endif
-	@echo "cd tutorial && dvc repro"
+	@echo "cd tutorial && DVC_ROOT=$(CURDIR) dvc repro"
 	@cd tutorial && export DVC_ROOT=$(CURDIR) && $(call STOPPABLE,repro)
 	@echo "The comparison: tutorial/reports/comparison.md; in DVC: cd tutorial && dvc metrics show"
 

@@ -172,6 +172,8 @@ def test_missing_inputs_say_how_to_make_them(tmp_path: Path):
     # hostile pass K: a study whose params.yaml leaves variants out, where `dvc repro` makes none
     named = "with params.yaml's `variants` naming them (`parallel` with single, `precision` with all three)"
     assert named in str(err.value)
+    # hostile pass L: `cd tutorial && dvc repro` kept its runs in tutorial/mlflow.db, not the study's
+    assert "make tutorial DATA=" in str(err.value) and "cd tutorial && dvc repro" not in str(err.value)
     _write(tmp_path / "tutorial/reports", TUTORIAL)
     with pytest.raises(findings.FindingsError, match="ampbench bench"):
         findings.main(

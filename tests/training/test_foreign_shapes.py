@@ -64,6 +64,16 @@ def test_fresh_trains_a_finished_seed_again_and_its_resume_line_drops_it(tmp_pat
     )
 
 
+def test_a_stage_under_dvc_names_the_pipeline_to_resume_not_its_own_command(monkeypatch):
+    """Hostile pass L: the stage's own `ampbench train ...` resumed the seeds but left dvc.lock
+    stale, and the pipeline's next run trained the variant again from scratch."""
+    monkeypatch.delenv("AMPBENCH_RESUME_COMMAND", raising=False)
+    monkeypatch.setenv("DVC_STAGE", "train@single-fp32")
+    hint = work.resume_hint(["train", "--parallel", "single", "--precision", "fp32"])
+    assert hint.startswith("To resume, run the pipeline command that started this stage again (`dvc repro`")
+    assert "ampbench train" not in hint
+
+
 def test_an_optimizer_state_of_other_shapes_is_the_same_one_line(tmp_path):
     """Hostile re-run: a momentum buffer of another shape (the digest and the weights match) passed
     torch's load_state_dict and failed at the first step in a 70-line traceback."""

@@ -259,6 +259,12 @@ def resume_hint(argv: list[str]) -> str:
     started_by = os.environ.get("AMPBENCH_RESUME_COMMAND")
     if started_by:
         return f"To resume: {started_by}"
+    if os.environ.get("DVC_STAGE"):  # hostile pass L: this stage's own command left dvc.lock stale,
+        # and the pipeline's next run trained the variant again from scratch
+        return (
+            "To resume, run the pipeline command that started this stage again (`dvc repro`, `make run` "
+            "or `python -m ampbench.dvc_run repro`): it continues from this checkpoint"
+        )
     command = shlex.join(["ampbench", *(a for a in argv if a != "--fresh")])  # would start over
     return f"To resume, run the same command again: {command} (or the dvc repro / make run that started it)"
 

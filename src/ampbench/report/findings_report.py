@@ -156,7 +156,7 @@ def main(
     tutorial_runs = load_study(
         tutorial,
         "the tutorial-conditions study",
-        "`make tutorial DATA=<path or URL>` (or `cd tutorial && dvc repro`)",
+        "`make tutorial DATA=<path or URL>`",  # hostile pass L: a plain `dvc repro` there keeps its own store
     )
     sources = {"study": str(study), "tutorial": str(tutorial)}
     sources.update({k: str(v) for k, v in (("bench", bench), ("explain", explain)) if v})
