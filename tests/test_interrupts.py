@@ -191,8 +191,9 @@ import os, signal, sys, time
 
 class CtrlCWhileTheCommandLineLoads:  # a meta path finder: the keypress lands inside an import
     def find_spec(self, name, path=None, target=None):
-        if name == os.environ["CTRL_C_IN"]:
-            os.kill(os.getpid(), signal.SIGINT)
+        if name == os.environ.get("CTRL_C_IN"):
+            del os.environ["CTRL_C_IN"]  # once: not in what this process starts
+            os.kill(os.getpid(), int(os.environ.get("EARLY_SIGNAL", signal.SIGINT)))
             time.sleep(2)
         return None
 
@@ -385,3 +386,32 @@ def test_a_ctrl_c_as_a_pipeline_stage_loads_names_the_pipelines_command(tmp_path
         "kept. To resume: make run\n"
     ), proc.stderr
     assert proc.returncode == 128 + signal.SIGINT
+
+
+def test_a_sigterm_while_variant_loads_is_one_line_and_ends_mlflow_runs_run(tmp_path):
+    """Hostile pass M: a SIGTERM to `mlflow run`'s group 0.3 s in, under load, killed `ampbench
+    variant` as it loaded: no line, and `mlflow run`'s run RUNNING for good."""
+    import subprocess
+    import sys
+    import time
+
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("entry"), tags={"mlflow.project.entryPoint": "main"})
+    (tmp_path / "sitecustomize.py").write_text(EARLY_CTRL_C, encoding="utf-8")
+    path = os.pathsep.join([str(tmp_path), str(REPO / "src")])
+    env = {**os.environ, "PYTHONPATH": path, "CTRL_C_IN": "signal", "EARLY_SIGNAL": str(int(signal.SIGTERM))}
+    env.update(MLFLOW_TRACKING_URI=uri, MLFLOW_RUN_ID=run.info.run_id)
+    env.pop("AMPBENCH_RESUME_COMMAND", None)
+    argv = [sys.executable, "-m", "ampbench", "variant", "--parallel", "single", "--precision", "fp32"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stderr.startswith(
+        "interrupted (SIGTERM): `ampbench variant` stopped before it started; run the same command again\n"
+    ), proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 60  # ended by a child of its own, as the command exits at once
+    while client.get_run(run.info.run_id).info.status == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.get_run(run.info.run_id).info.status == "KILLED"

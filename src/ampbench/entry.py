@@ -19,13 +19,26 @@ def _before_start(signum: int, frame) -> None:
     # named a stage's `ampbench train`, which the user never typed)
     again = os.environ.get("AMPBENCH_RESUME_COMMAND")
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
-    print(f"interrupted (Ctrl-C): `ampbench {command}` stopped before it started; {how}", file=sys.stderr)
+    said = {2: "Ctrl-C", 15: "SIGTERM", 1: "SIGHUP"}.get(signum, f"signal {signum}")
+    print(f"interrupted ({said}): `ampbench {command}` stopped before it started; {how}", file=sys.stderr)
     sys.stderr.flush()
+    if command == "variant" and os.environ.get("MLFLOW_RUN_ID") and os.fork() == 0:
+        # `mlflow run`'s run, made before this started, ends KILLED, not RUNNING for good (hostile
+        # pass M: a SIGTERM to its group 0.3 s in): by a child of its own, as this exits at once
+        os.setsid()
+        end = "from ampbench.commands import variant; variant.stopped_outside_its_stages()"
+        os.execv(sys.executable, [sys.executable, "-c", end])
     os._exit(128 + signum)
 
 
-if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an inherited ignore is kept
-    _signal.signal(_signal.SIGINT, _before_start)
+# Ctrl-C, SIGTERM (a job's stop, `mlflow run`'s group) and SIGHUP; an inherited ignore is kept
+for _sig, _usual in (
+    (_signal.SIGINT, _signal.default_int_handler),
+    (15, _signal.SIG_DFL),
+    (1, _signal.SIG_DFL),
+):
+    if _signal.getsignal(_sig) is _usual:
+        _signal.signal(_sig, _before_start)
 
 
 def run() -> int:

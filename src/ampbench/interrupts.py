@@ -46,8 +46,9 @@ before_start: object = None
 def command_started() -> None:
     """cli.main's command is there: a Ctrl-C is Python's KeyboardInterrupt again (``noted``
     takes it), no longer ``before_start``'s line."""
-    if before_start is not None and signal.getsignal(signal.SIGINT) is before_start:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if before_start is not None and signal.getsignal(sig) is before_start:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
 @contextlib.contextmanager

@@ -168,7 +168,7 @@ def test_a_stop_that_broke_mlflows_import_ends_the_run_from_a_fresh_interpreter(
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(client.create_experiment("entry"))
+    run = client.create_run(client.create_experiment("entry"), tags={"mlflow.project.entryPoint": "main"})
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
 
