@@ -58,7 +58,7 @@ COMMANDS = {
     "variant": ("commands.variant", "download if needed, train, evaluate"),
     "bench": ("commands.bench", "measure training throughput (MLflow: <experiment>-bench; not in DVC)"),
     "estimate": ("commands.estimate", "time a few steps of the real model, estimate the whole study"),
-    "findings": ("commands.findings", "docs/FINDINGS.md: the tutorial's claims against measured runs"),
+    "findings": ("commands.findings", "write docs/FINDINGS.md (en, zh): the tutorial's claims, tested"),
     "explain": ("commands.explain", "AMP's speed-up rung by rung and over batch sizes"),
 }
 

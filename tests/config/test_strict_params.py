@@ -198,3 +198,15 @@ def test_a_date_where_text_goes_says_to_quote_it(tmp_path):
         load_config(_params(tmp_path, "train:\n  epochs: 2\n"), ["tracking.experiment=2026-12-07"])
     quoted = load_config(_params(tmp_path, "tracking:\n  experiment: '2026-12-07'\n"))
     assert quoted.tracking.experiment == "2026-12-07"
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [("tracking.system_metrics=yes", "auto, always, never"), ("train.compile=off", "none, default")],
+)
+def test_a_yaml_boolean_for_a_word_names_the_words(tmp_path, override, words):
+    """Session 21 WARN: `--set tracking.system_metrics=yes` said "expected str, got bool True",
+    naming none of the words that work; yes/no/on/off are YAML booleans."""
+    with pytest.raises(ConfigError) as err:
+        load_config(_params(tmp_path, "train:\n  epochs: 2\n"), [override])
+    assert "reads as a YAML boolean, not text: write one of " + words in str(err.value)

@@ -17,13 +17,21 @@ from pathlib import Path
 import yaml
 
 import ampbench.config.rules as config_rules
-from ampbench.config.settings import Config, ConfigError
+from ampbench.config.settings import COMPILE_MODES, CONDITIONS, LOADERS, SWITCHES, Config, ConfigError
 from ampbench.config.strict import cut, fix_for, parse_value, read_params, shown
 from ampbench.output import hide_credentials
 
 # The largest integer a setting may hold (a C long): beyond it no count makes sense.
 INT_LIMIT = 2**63 - 1
 MAX_PROBLEMS = 20  # lines of one configuration error
+
+# Keys whose text is one of a few words: a YAML boolean given for one is told them (pass O WARN).
+_CHOICES = {
+    "tracking.system_metrics": SWITCHES,
+    "tracking.conditions": CONDITIONS,
+    "train.loader": LOADERS,
+    "train.compile": COMPILE_MODES,
+}
 
 # Keys whose value is text even when YAML reads it as a number (an all-digit checksum).
 _TEXT_KEYS = ("data.sha256",)
@@ -76,6 +84,11 @@ def _check_value(key: str, value: object, hint: typing.Any, problems: list[str])
             f"{key}: {text!r} reads as a YAML mapping, not text, as it ends in a colon: write what comes "
             f"after the colon (e.g. torchvision:resnet18), or quote it"
         )
+        return value
+    if hint is str and isinstance(value, bool) and key in _CHOICES:
+        # yes/no/on/off read as YAML booleans, and "expected str, got bool" names no word that works
+        words = ", ".join(_CHOICES[key])
+        problems.append(f"{key}: {shown(value)} reads as a YAML boolean, not text: write one of {words}")
         return value
     if hint is str and isinstance(value, datetime.date):  # hostile pass X2 WARN: "got date"
         problems.append(f"{key}: {value} reads as a YAML date, not text: quote it ('{value}')")
