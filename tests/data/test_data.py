@@ -597,7 +597,7 @@ def test_save_and_load_dataset(tmp_path):
     back = prepared.load_dataset(tmp_path / "sub" / "ds.pt", device="cpu")
     assert back["classes"] == ds["classes"] and torch.equal(back["test_images"], ds["test_images"])
     (tmp_path / "bad.pt").write_bytes(b"garbage")
-    with pytest.raises(prepared.DataError, match="unreadable"):
+    with pytest.raises(prepared.DataError, match=r"unreadable .*delete it and run `ampbench download` again"):
         prepared.load_dataset(tmp_path / "bad.pt")
 
 

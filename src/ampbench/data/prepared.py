@@ -242,7 +242,9 @@ def load_dataset(path: Path, device: torch.device | str | None = None) -> dict:
         # test split), and pages shared by processes (DataLoader workers, DDP ranks) once.
         ds = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch raises many types for a damaged file
-        raise DataError(f"{path} is unreadable ({reason(exc)}); delete it and re-download") from exc
+        raise DataError(
+            f"{path} is unreadable ({reason(exc)}); delete it and run `ampbench download` again"
+        ) from exc
     keys = set(ds) if isinstance(ds, dict) else set()
     missing = {"train_images", "train_labels", "test_images", "test_labels", "classes"} - keys
     if missing:
