@@ -4,6 +4,7 @@ line, not the traceback of DVC's clean-up tripping over the partially initialise
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -140,7 +141,7 @@ def test_a_stop_a_stage_ended_nothing_with_stops_dvc_before_its_next_stage(monke
 
     quiet = dvc_run.Quiet()
     monkeypatch.setattr(run, "signal", run.signal)  # put back after
-    dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint)
+    dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint, quiet.noted_after_stage)
     saved = signal.getsignal(signal.SIGINT)
     try:
         before = run.signal.signal(signal.SIGINT, signal.SIG_IGN)  # as dvc.stage.run._run does
@@ -154,3 +155,70 @@ def test_a_stop_a_stage_ended_nothing_with_stops_dvc_before_its_next_stage(monke
     with pytest.raises(KeyboardInterrupt):  # DVC's own "interrupted by the user": no stage starts
         quiet.filter(starting)
     assert dvc_run.Quiet().filter(starting)  # without a stop: said as ever
+
+
+def _stage_then_ctrl_c(argv):
+    """DVC's own stage runner (SIGINT ignored while the command runs, then put back), and a Ctrl-C
+    as DVC records the finished stage in dvc.lock: a KeyboardInterrupt would land in the sleep."""
+    from dvc.stage import run
+
+    run._run(run.get_executable(), "true")
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+    return 0
+
+
+@pytest.fixture
+def _handlers_kept(monkeypatch):
+    """main() sets the stop signals' handlers and patches dvc.stage.run's signal: put them back."""
+    from dvc.stage import run
+
+    monkeypatch.setattr(run, "signal", run.signal)
+    monkeypatch.setattr(dvc_run, "_stop_when_make_is_gone", lambda: None)
+    monkeypatch.setattr(dvc_run.scope, "serving", contextlib.nullcontext)
+    saved = {sig: signal.getsignal(sig) for sig in dvc_run.STOPS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    for name in ("dvc", "dvc_data", "dvc_objects"):  # main's filters, which hold its stop
+        for handler in logging.getLogger(name).handlers:
+            for quiet in [f for f in handler.filters if isinstance(f, dvc_run.Quiet)]:
+                handler.removeFilter(quiet)
+
+
+@pytest.mark.usefixtures("_handlers_kept")
+def test_a_stop_as_dvc_records_a_finished_stage_lets_it_record_it(monkeypatch, capsys):
+    """Hostile pass O: a Ctrl-C 0.15 s after a train stage's last line reached DVC as it hashed the
+    stage's outputs: the KeyboardInterrupt there left the stage out of dvc.lock ("the stages that
+    finished are kept"), and the resume trained the variant again. Now DVC records it, and stops
+    before its next stage; after the last, the pipeline is done and says so."""
+    import dvc.cli
+
+    monkeypatch.setattr(dvc.cli, "main", _stage_then_ctrl_c)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's foreground command
+    assert dvc_run.main(["repro"]) == 0
+    err = capsys.readouterr().err
+    assert err == "SIGINT came after the pipeline's last stage: every stage is done and kept\n", err
+
+
+def _ctrl_c_in_stage_then_next_stage(argv):
+    import logging
+
+    from dvc.stage import run
+
+    run._run(run.get_executable(), f"kill -INT {os.getpid()}; sleep 0.2")  # the job's Ctrl-C
+    starting = logging.LogRecord("dvc", logging.INFO, __file__, 1, "Running stage '%s':", ("compare",), None)
+    for handler in logging.getLogger("dvc").handlers:
+        handler.filter(starting)  # what DVC's next stage's first line passes through
+    return 0
+
+
+@pytest.mark.usefixtures("_handlers_kept")
+def test_an_inherited_ignore_of_ctrl_c_is_kept_through_a_stage(monkeypatch, capsys):
+    """Hostile pass O: under `cmd &` (SIGINT ignored: the stage trained on), dvc_run took the
+    Ctrl-C all the same and stopped before the next stage, "Stopped by SIGINT"."""
+    import dvc.cli
+
+    monkeypatch.setattr(dvc.cli, "main", _ctrl_c_in_stage_then_next_stage)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    assert dvc_run.main(["repro"]) == 0 and "SIGINT" not in capsys.readouterr().err

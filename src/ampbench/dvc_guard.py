@@ -157,16 +157,20 @@ if __name__ == "__main__":
     sys.exit(main(*sys.argv[1:2]))
 
 
-def note_ctrl_c_in_stages(noted) -> None:
+def note_ctrl_c_in_stages(noted, noted_after) -> None:
     """DVC ignores SIGINT while a stage's command runs (dvc.stage.run: the stage takes it); here
     ``noted`` takes it instead, so that a Ctrl-C the stage ended nothing with (it came as the
-    stage's work was done: hostile pass J) stops DVC before its next stage."""
+    stage's work was done: hostile pass J) stops DVC before its next stage. Where DVC puts its
+    handler back, as the command has ended, ``noted_after`` takes SIGINT until DVC starts its next
+    stage: DVC now writes the stage's outputs into dvc.lock, and a KeyboardInterrupt there lost
+    the finished stage (hostile pass O: the re-run trained it again). An inherited ignore is kept."""
     import types
 
     from dvc.stage import run
 
     def noting(sig, handler):
-        ignored = sig == signal.SIGINT and handler is signal.SIG_IGN
-        return signal.signal(sig, noted if ignored else handler)
+        if sig != signal.SIGINT or handler is signal.SIG_IGN is signal.getsignal(sig):
+            return signal.signal(sig, handler)
+        return signal.signal(sig, noted if handler is signal.SIG_IGN else noted_after)
 
     run.signal = types.SimpleNamespace(**{**vars(signal), "signal": noting})  # type: ignore[attr-defined]

@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -85,6 +84,7 @@ class Quiet(logging.Filter):
         self.killed_stage: str | None = None  # died of SIGKILL (the OOM killer, kill -9)
         self.stage_said_it = False
         self.signum = 0
+        self.after_stage = False  # the stop came as DVC recorded a finished stage (noted_after_stage)
         self.verbose = os.environ.get("AMPBENCH_DEBUG", "").lower() not in ("", "0", "no", "off")
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -125,6 +125,10 @@ class Quiet(logging.Filter):
         ``filter`` stops DVC before its next stage."""
         self.signum = self.signum or signal.SIGINT
 
+    def noted_after_stage(self, signum, frame) -> None:
+        """Ctrl-C after a stage's command ended, until the next starts: DVC records the stage."""
+        self.signum, self.after_stage = self.signum or signal.SIGINT, True
+
     def on_sigint(self, signum, frame) -> None:
         """Ctrl-C, as Python's own handler, remembered: DVC may swallow the KeyboardInterrupt
         half-way through an import and fail later on the half-made module, unchained to it."""
@@ -150,10 +154,13 @@ class Quiet(logging.Filter):
         # A SIGTERM to this process alone (make's, forwarded by its recipe; a kill of this pid)
         # reaches no stage: pass it on. A stage that got it from its job too within a second
         # takes both as one stop (stages/stop.py).
-        signal_own_stages(signum)
+        processes.signal_own_group(signum)
         # DVC ignores SIGINT exactly while a stage's command runs: then the stage stops and saves,
-        # and its exit status ends the run. Otherwise stop DVC now.
-        if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, self.noted_sigint):  # (== for methods)
+        # and its exit status ends the run; after it, DVC records the stage, then stops before the
+        # next (filter). Otherwise stop DVC now.
+        handler = signal.getsignal(signal.SIGINT)
+        self.after_stage = handler == self.noted_after_stage  # (== for methods)
+        if handler not in (signal.SIG_IGN, self.noted_sigint, self.noted_after_stage):
             raise KeyboardInterrupt
 
 
@@ -215,18 +222,6 @@ def _interrupted(err: BaseException) -> bool:
     return any(isinstance(e, KeyboardInterrupt) for e in chain(err))
 
 
-def signal_own_stages(signum: int) -> None:
-    """``signum`` to what a signal to make's job would reach, but only this command's own part of
-    it (not a script that ran make): DVC's stage and a warm client, in this process group."""
-    import psutil
-
-    group = os.getpgrp()
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(OSError, psutil.Error):
-            if os.getpgid(process.pid) == group:
-                process.send_signal(signum)
-
-
 def _stop_when_make_is_gone() -> None:
     """Under `make run` (make sets MAKELEVEL for its recipes): once make is gone (kill -9 of make
     or of its recipe's shell), stop as a SIGTERM to make's job would, stage first (checkpoint,
@@ -267,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(quiet)
         _quiet_ui()
-        dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint)
+        dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint, quiet.noted_after_stage)
         for sig in STOPS[1:]:  # SIGINT's is above
             if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's kept
                 signal.signal(sig, quiet.on_sigterm)  # else this died at once, and make said so
@@ -289,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     if quiet.killed_stage and status == 255:
         print(killed_line(quiet.killed_stage, argv), file=sys.stderr, flush=True)
         return 128 + signal.SIGKILL
+    if quiet.signum and quiet.after_stage and status == 0:  # as DVC recorded the last stage
+        name = signal.Signals(quiet.signum).name
+        print(f"{name} came after the pipeline's last stage: every stage is done and kept", file=sys.stderr)
     if not quiet.signum or status not in (255, INTERRUPTED):
         return status
     if not quiet.stage_said_it:

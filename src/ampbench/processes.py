@@ -119,3 +119,18 @@ def is_ancestor(pid: int) -> bool:
             return False
         ancestor = _parent(ancestor)
     return False
+
+
+def signal_own_group(signum: int) -> None:
+    """``signum`` to this process's descendants in its own process group: what a signal to the
+    job would reach of this command's own part (DVC's stage, a warm client), not a script that
+    started it."""
+    import contextlib
+
+    import psutil
+
+    group = os.getpgrp()
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getpgid(process.pid) == group:
+                process.send_signal(signum)
