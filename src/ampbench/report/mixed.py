@@ -6,7 +6,7 @@ config) and that config's digest (every setting that changes what training compu
 differ by their parallel strategy and precision and by nothing else (neither is a setting: both
 are the variant's name); a set whose settings differ in anything more (one variant retrained with
 ``train.epochs: 5`` after the others) would compare two studies. The dotted keys name what
-differs, then the model file's other digested settings (``settings``: train.lr, model.*); where
+differs, and after them the model file's other digested settings (``settings``: train.lr, model.*); where
 none does (a metrics file older than those) but the digests do, the digest is named.
 ``compare`` refuses such a set with one line naming the key and the variants, or, with
 ``--allow-mixed``, labels the table with the same words instead.
@@ -29,9 +29,10 @@ def differences(records: dict[str, dict]) -> list[str]:
     seeds = [seed for record in records.values() for seed in record.get("seeds", [])]
     carried = sorted({key for seed in seeds for key in seed if "." in key})
     others = sorted({key for seed in seeds for key in seed.get(SETTINGS, {})} - set(carried))
-    return (
-        _differing(records, carried) or _differing(records, others, SETTINGS) or _differing(records, [DIGEST])
-    )
+    # every differing key, the carried ones first (hostile pass P: the rest were named only where
+    # no carried key differed, so a label listed train.epochs and left out train.lr)
+    found = _differing(records, carried) + _differing(records, others, SETTINGS)
+    return found or _differing(records, [DIGEST])
 
 
 def _differing(records: dict[str, dict], keys: list[str], within: str = "") -> list[str]:
