@@ -115,19 +115,40 @@ def test_the_fresh_command_is_the_stages_own_with_its_settings():
     assert fresh_command([*argv, "--fresh"]) == fresh_command(argv)  # once
 
 
-def test_a_changed_configs_fresh_fix_keeps_the_stages_settings_too():
+def test_a_changed_configs_fresh_fix_keeps_the_stages_settings_too(monkeypatch):
     """Hostile pass L: "Resuming would mix two experiments ... start over: `ampbench train --parallel
     single --precision fp32 --fresh`", run as printed, trained params.yaml's settings; so did the
     "does not fit this model" line's."""
+    from pathlib import Path
+
     from ampbench.checkpoints import work
 
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    ckpt = Path("checkpoints/single-fp32/seed-0/checkpoint.pt")
     argv = ["train", "--parallel", "single", "--precision", "fp32", "--set", "train.epochs=4"]
     bare = "`ampbench train --parallel single --precision fp32 --fresh`"
-    assert work._fresh_command("single-fp32") == bare  # noqa: SLF001 - outside a stage
+    assert work._fresh_command("single-fp32", ckpt) == bare  # noqa: SLF001 - outside a stage
     with work.stage_command(argv):
-        said = work._fresh_command("single-fp32")  # noqa: SLF001 - what both lines print
+        said = work._fresh_command("single-fp32", ckpt)  # noqa: SLF001 - what both lines print
     assert said == "`ampbench train --parallel single --precision fp32 --set train.epochs=4 --fresh`"
-    assert work._fresh_command("single-fp32") == bare  # noqa: SLF001 - put back after the stage
+    assert work._fresh_command("single-fp32", ckpt) == bare  # noqa: SLF001 - put back after the stage
+
+
+@pytest.mark.parametrize("pipeline", ["make run", ""])
+def test_under_dvc_a_changed_configs_fix_names_the_pipeline(monkeypatch, pipeline):
+    """Hostile pass O: under `python -m ampbench.dvc_run repro`, params changed after a stop: the
+    fix `ampbench train ... --fresh` trained the variant, left dvc.lock stale, and the pipeline then
+    trained it a second time."""
+    from pathlib import Path
+
+    from ampbench.checkpoints import work
+
+    monkeypatch.setenv("DVC_STAGE", "train@single-fp32")
+    monkeypatch.setenv("AMPBENCH_RESUME_COMMAND", pipeline)
+    with work.stage_command(["train", "--parallel", "single", "--precision", "fp32"]):
+        said = work._fresh_command("single-fp32", Path("checkpoints/single-fp32/seed-0/checkpoint.pt"))  # noqa: SLF001
+    again = pipeline or "the pipeline command that started this stage"
+    assert said == f"`rm -r checkpoints/single-fp32`, then {again} again", said
 
 
 def test_a_publish_refused_after_fresh_names_the_command_without_it():

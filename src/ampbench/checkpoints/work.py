@@ -72,7 +72,7 @@ def _foreign(
         f"{ckpt} was written by variant {state.variant!r} with config "
         f"{state.config_digest}, but this run is {variant!r} with config {digest}"
         f"{_changed(ckpt, settings)}. Resuming would mix two experiments. Restore the old params to "
-        f"resume, or discard the checkpoint and start over: {_fresh_command(variant)}."
+        f"resume, or discard the checkpoint and start over: {_fresh_command(variant, ckpt)}."
     )
 
 
@@ -92,8 +92,14 @@ def stage_command(argv: list[str]):
         _stage_argv = before
 
 
-def _fresh_command(variant: str) -> str:
-    """The command that trains `variant` from the start (what `make run` cannot be told)."""
+def _fresh_command(variant: str, ckpt: Path) -> str:
+    """The command that trains `variant` from the start (what `make run` cannot be told); under
+    DVC, the pipeline's after the checkpoints go (hostile pass O: the stage's own `--fresh` left
+    dvc.lock stale, and the pipeline then trained the variant a second time)."""
+    if os.environ.get("DVC_STAGE"):
+        folder = shlex.quote(os.path.relpath(ckpt.parent.parent))
+        again = os.environ.get("AMPBENCH_RESUME_COMMAND") or "the pipeline command that started this stage"
+        return f"`rm -r {folder}`, then {again} again"
     if _stage_argv:
         return f"`{fresh_command(_stage_argv)}`"
     parallel_name, _, precision_name = variant.partition("-")
@@ -285,5 +291,5 @@ def restore(trainer, resume: SeedCheckpoint, path: Path) -> None:
         first = " ".join(str(err).split())[:160]
         raise files.CheckpointError(
             f"{path} does not fit this model ({type(err).__name__}: {first}); it was written by "
-            f"another version of the model's code: discard it with {_fresh_command(resume.variant)}"
+            f"another version of the model's code: discard it with {_fresh_command(resume.variant, path)}"
         ) from None
