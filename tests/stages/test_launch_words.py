@@ -88,3 +88,40 @@ def test_a_stop_after_the_workers_published_every_seed_is_no_stop(monkeypatch, t
     monkeypatch.setattr(launch, "_fail_dangling_runs", lambda cfg, work: None)
     assert launch.torchrun(["train"], cfg, work, HINT) == 128 + signal.SIGTERM
     assert "stopped by SIGTERM: the DDP workers stopped before their first checkpoint" in caplog.text
+
+
+def test_a_late_stop_of_launched_workers_is_said_once_by_the_launcher(monkeypatch, tmp_path: Path, caplog):
+    """Hostile pass O: SIGINT to a DDP stage's group right at its last seed line: rank 0 said
+    "came after training's last step", and the launcher said it again (3 tries in 3)."""
+    import signal
+
+    import torch.distributed.run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from ampbench import interrupts
+    from ampbench.config import load_config
+    from ampbench.stages import stop
+    from conftest import REPO
+
+    cfg = load_config(REPO / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(stop, "watch_launcher", lambda on_gone: None)
+    monkeypatch.setattr(interrupts, "_told", False)
+    monkeypatch.setattr(interrupts, "within", False)  # rank 0's own say, not a command's
+    for key in ("RANK", "LOCAL_RANK"):
+        monkeypatch.setenv(key, "0")
+
+    def rank_0_then_the_agents_stop(args):
+        for seed in cfg.train.seeds:  # every seed published, then the stop after the last step
+            (Path("models/ddp-fp32") / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+            (Path("models/ddp-fp32") / f"seed-{seed}" / "model.pt").write_bytes(b"x")
+        flag = stop.StopFlag()
+        flag()
+        os.kill(os.getpid(), signal.SIGINT)
+        flag.close(completed=True)  # as rank 0 of this launcher's workers
+        raise SignalException("stopped", sigval=signal.SIGINT)
+
+    monkeypatch.setattr(torch_run, "main", rank_0_then_the_agents_stop)
+    assert launch.torchrun(["train"], cfg, Path("checkpoints") / "ddp-fp32", HINT) == 0
+    assert caplog.text.count("came after training's last step") == 1, caplog.text
+    assert stop.LAUNCHED_ENV not in os.environ  # the launcher's process keeps no trace of it

@@ -23,7 +23,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ampbench.paths import MODELS_DIR
-from ampbench.stages.stop import LATE
+from ampbench.stages.stop import LATE, LAUNCHED_ENV
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         # torchrun's --signals-to-handle (read from PET_SIGNALS_TO_HANDLE) sets the agent's list
         os.environ["PET_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGQUIT"
     code, started = 1, time.time()
+    os.environ[LAUNCHED_ENV] = "1"  # the workers leave a late stop's line to this process
     try:
         torch_run.main(args)  # @record: a failed worker's traceback is printed as the root cause
         code = 0
@@ -96,11 +97,12 @@ def torchrun(argv: list[str], cfg, work_dir: Path, resume_hint: str) -> int:
         name = signal.Signals(stop.sigval).name
         if code:
             log.warning("stopped by %s: %s", name, _what_was_saved(work_dir, resume_hint))
-        else:  # rank 0 may have ended before it came (pass K: no line)
+        else:  # said here, not by rank 0 (pass K: it may have ended before the stop came)
             log.warning("%s %s", name, LATE)
     except Exception:  # the agent itself failed (rendezvous, store, ...): its workers are stopped
         log.exception("torchrun's agent failed")
     finally:
+        os.environ.pop(LAUNCHED_ENV, None)
         for sig, handler in handlers.items():
             if handler is not None:  # None: set outside Python, nothing to restore
                 signal.signal(sig, handler)

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 PIPELINE_STAGE_ENV = "DVC_STAGE"  # DVC sets it to the stage's name for each stage command
 MLFLOW_RUN_ENV = "MLFLOW_RUN_ID"  # `mlflow run` sets it for its entry point's command
+# set by this project's DDP launcher for its workers: it says a late stop itself (stages/launch.py)
+LAUNCHED_ENV = "AMPBENCH_DDP_LAUNCHER"
 # A stop too: Ctrl-\ (SIGQUIT), and SIGUSR1/2 and SIGALRM (a batch system's warning, `scancel
 # --signal`, `timeout -s USR1`; hostile passes N and Q: they ended training without a line, its
 # runs left RUNNING)
@@ -160,7 +162,9 @@ class StopFlag:
         boundary"). ``completed``: training ended with no stop, so a signal heard meanwhile came
         after its last step boundary; said, and kept for what runs next here (``came_late``). One
         that comes from here to the command's end is said the same way (``interrupts.completed``)."""
-        say = os.environ.get("LOCAL_RANK", "0") == "0"  # once per node
+        # once per node: by the launcher where this project's started the workers (hostile pass O:
+        # rank 0 and the launcher each said it), else by the node's first worker
+        say = os.environ.get("LOCAL_RANK", "0") == "0" and LAUNCHED_ENV not in os.environ
         if completed:
             interrupts.completed(LATE, say)
         for sig, before in self.before.items():
