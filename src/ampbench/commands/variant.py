@@ -145,8 +145,13 @@ def _name_the_entry_run(variant: str) -> None:
     """Under `mlflow run`, name the entry point's run after its variant at once: the train stage
     names it too, but a run that fails before (no data, a bad store) would keep MLflow's random
     name. A store that cannot be reached is left to the stages, which say so in one line."""
-    name = f"{variant} (mlflow run)"
-    _on_the_entry_run(lambda client, run_id: client.set_tag(run_id, "mlflow.runName", name))
+    from ampbench.tracking import launcher, store
+
+    def name_it(client, run_id: str) -> None:
+        client.set_tag(run_id, "mlflow.runName", f"{variant} (mlflow run)")
+        launcher.end_abandoned(client, run_id, store.tracking_uri())  # an earlier one's, stopped at once
+
+    _on_the_entry_run(name_it)
 
 
 def stopped_outside_its_stages() -> str | None:
