@@ -370,7 +370,15 @@ def test_a_stop_a_nested_command_said_is_not_said_again_by_the_outer_one(monkeyp
     assert "interrupted (SIGTERM): `ampbench evaluate` stopped before it finished" in caplog.text
 
 
-def test_a_ctrl_c_as_a_pipeline_stage_loads_names_the_pipelines_command(tmp_path):
+@pytest.mark.parametrize(
+    ("pipeline", "resume"),
+    [
+        ({"AMPBENCH_RESUME_COMMAND": "make run"}, " To resume: make run"),
+        # pass O: a plain `dvc repro` or `python -m ampbench.dvc_run repro`, which names none
+        ({"DVC_STAGE": "compare"}, "; run the pipeline command that started it again"),
+    ],
+)
+def test_a_ctrl_c_as_a_pipeline_stage_loads_names_the_pipelines_command(tmp_path, pipeline, resume):
     """Hostile pass J: Ctrl-C just as `make run` started a stage said "`ampbench train` stopped
     before it started; run the same command again": a command the user never typed."""
     import subprocess
@@ -378,12 +386,14 @@ def test_a_ctrl_c_as_a_pipeline_stage_loads_names_the_pipelines_command(tmp_path
 
     (tmp_path / "sitecustomize.py").write_text(EARLY_CTRL_C, encoding="utf-8")
     path = os.pathsep.join([str(tmp_path), str(REPO / "src")])
-    env = {**os.environ, "PYTHONPATH": path, "CTRL_C_IN": "signal", "AMPBENCH_RESUME_COMMAND": "make run"}
+    env = {**os.environ, "PYTHONPATH": path, "CTRL_C_IN": "signal", **pipeline}
+    if "DVC_STAGE" in pipeline:
+        env.pop("AMPBENCH_RESUME_COMMAND", None)
     argv = [sys.executable, "-m", "ampbench", "compare"]
     proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    kept = "the stages that finished are kept" + ("." if resume.startswith(" ") else "")
     assert proc.stderr == (
-        "interrupted (Ctrl-C): `ampbench compare` stopped before it started; the stages that finished are "
-        "kept. To resume: make run\n"
+        f"interrupted (Ctrl-C): `ampbench compare` stopped before it started; {kept}{resume}\n"
     ), proc.stderr
     assert proc.returncode == 128 + signal.SIGINT
 

@@ -19,6 +19,8 @@ def _before_start(signum: int, frame) -> None:
     # named a stage's `ampbench train`, which the user never typed)
     again = os.environ.get("AMPBENCH_RESUME_COMMAND")
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
+    if not again and os.environ.get("DVC_STAGE"):  # pass O: a plain `dvc repro` or dvc_run started it
+        how = "the stages that finished are kept; run the pipeline command that started it again"
     said = {2: "Ctrl-C", 15: "SIGTERM", 1: "SIGHUP"}.get(signum, f"signal {signum}")
     print(f"interrupted ({said}): `ampbench {command}` stopped before it started; {how}", file=sys.stderr)
     sys.stderr.flush()
