@@ -20,6 +20,8 @@ def _process_hooks(monkeypatch):
     """main() sets the process's unraisable hook and DVC's analytics switch: put them back."""
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.setenv(dvc_run.RESUME_ENV, "")  # recorded, so that what main sets goes after
+    monkeypatch.delenv(dvc_run.RESUME_ENV)
 
 
 def _broken_by_ctrl_c(argv):
@@ -222,3 +224,19 @@ def test_an_inherited_ignore_of_ctrl_c_is_kept_through_a_stage(monkeypatch, caps
     monkeypatch.setattr(dvc.cli, "main", _ctrl_c_in_stage_then_next_stage)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     assert dvc_run.main(["repro"]) == 0 and "SIGINT" not in capsys.readouterr().err
+
+
+def test_every_stage_of_a_plain_pipeline_names_the_same_resume_command(monkeypatch):
+    """Hostile pass O: SIGTERM mid-evaluate under `python -m ampbench.dvc_run repro` said two resume
+    commands, the stage's "run the same command again", then the pipeline's "To resume: dvc repro"."""
+    import dvc.cli
+
+    seen = []
+    monkeypatch.setattr(dvc.cli, "main", lambda argv: seen.append(os.environ.get(dvc_run.RESUME_ENV)) or 0)
+    monkeypatch.setattr(dvc_run.scope, "serving", contextlib.nullcontext)
+    monkeypatch.setattr(dvc_run, "_stop_when_make_is_gone", lambda: None)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # leave the test process's handlers be
+    assert dvc_run.main(["repro", "-f", "evaluate"]) == 0
+    assert seen == ["dvc repro evaluate"]  # what the stages inherit (without -f)
+    monkeypatch.setenv(dvc_run.RESUME_ENV, "make run")
+    assert dvc_run.main(["repro"]) == 0 and seen[-1] == "make run"  # the Makefile's stands

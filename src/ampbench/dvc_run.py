@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if refused := dvc_guard.main():
         return refused
+    os.environ.setdefault(RESUME_ENV, resume_command(argv))  # each stage's stop names it (pass O: not two)
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C
     # at that moment turns into the child's traceback, and a network call this offline-capable
     # tool does not need. Exporting DVC_NO_ANALYTICS= (empty) turns the reports back on.
