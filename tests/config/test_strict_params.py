@@ -210,3 +210,15 @@ def test_a_yaml_boolean_for_a_word_names_the_words(tmp_path, override, words):
     with pytest.raises(ConfigError) as err:
         load_config(_params(tmp_path, "train:\n  epochs: 2\n"), [override])
     assert "reads as a YAML boolean, not text: write one of " + words in str(err.value)
+
+
+def test_the_error_names_the_overrides_only_where_there_were_some(tmp_path):
+    """Hostile pass P WARN: "invalid configuration (params.yaml and --set overrides)" with no --set;
+    and a list at the top level said what it got, not how to fix it."""
+    bad = _params(tmp_path, "train:\n  epochs: 0\n")
+    with pytest.raises(ConfigError, match=r"^invalid configuration \(\S*params.yaml\):"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"^invalid configuration \(\S*params.yaml and --set overrides\):"):
+        load_config(bad, iter(["train.lr=0.1"]))  # a one-pass iterable, read twice
+    with pytest.raises(ConfigError, match=r"got list; restore params.yaml"):
+        load_config(_params(tmp_path, "- train\n- epochs\n"))

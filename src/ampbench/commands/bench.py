@@ -26,7 +26,11 @@ CPU_BATCH = 64  # the GPU's 512 / 8, as explain's CPU rungs
 
 
 def add_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--variants", default="single-fp32,single-autocast,single-autocast_gradscaler")
+    b.add_argument(
+        "--variants",
+        default="single-fp32,single-autocast,single-autocast_gradscaler",
+        help="comma-separated <parallel>-<precision> names to measure (default: %(default)s)",
+    )
     b.add_argument("--batch-size", type=at_least_zero, default=0, help="0 (default): train.batch_size")
     b.add_argument("--compile", default="", help="train.compile modes side by side, e.g. none,default")
     b.add_argument(

@@ -168,7 +168,7 @@ def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
 
 def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str] = ()) -> Config:
     """Read params.yaml, apply `section.key=value` overrides, validate; raise ConfigError."""
-    path = Path(path)
+    path, overrides = Path(path), list(overrides)
     raw = _read_params(path)
     problems: list[str] = []
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
@@ -183,7 +183,8 @@ def load_config(path: str | Path = "params.yaml", overrides: typing.Iterable[str
         problems = [_with_source(problem, overrides) for problem in problems]
         more = len(problems) - MAX_PROBLEMS
         lines = "\n  ".join(problems[:MAX_PROBLEMS] + ([f"... and {more:,} more"] if more > 0 else []))
-        raise ConfigError(f"invalid configuration ({path} and --set overrides):\n  {lines}")
+        where = f"{path} and --set overrides" if overrides else str(path)
+        raise ConfigError(f"invalid configuration ({where}):\n  {lines}")
     return cfg
 
 
@@ -206,5 +207,8 @@ def _read_params(path: Path) -> dict:
         # Running on code defaults would silently train the full study (and download CIFAR-10).
         raise ConfigError(f"params file {path}: holds no settings (empty or only comments); {fix_for(path)}")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping at the top level (section: then its keys), got "
+            f"{type(raw).__name__}; {fix_for(path)}"
+        )
     return raw
