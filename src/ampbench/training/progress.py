@@ -246,8 +246,8 @@ class StageProgress:
             return self.estimate
         log.info(
             "%s. The whole study still needs about %s on this machine (this stage, %d other "
-            "unfinished variant(s) of %d, their evaluations and the comparison), assuming the other "
-            "variants run at this one's speed.",
+            "unfinished variant(s) of the study's %d, their evaluations and the comparison), assuming "
+            "the others run at this one's speed.",
             stage,
             fmt_duration(stage_left + study_left),
             others,
