@@ -284,6 +284,13 @@ def test_compare_refuses_metrics_of_a_model_since_trained_again(project, monkeyp
     records["single-autocast"]["seeds"][1]["run_id"] = "retrained"
     assert compare.replaced_since(records, project / "models") == ""
     assert compare.replaced_since(records, project / "elsewhere") == ""  # no models here: the files speak
+    # hostile pass R: a seed's model removed by hand (its variant's others there): ranked, exit 0
+    gone = project / "models/single-autocast/seed-1/model.pt"
+    gone.unlink()
+    assert compare.replaced_since(records, project / "models") == (
+        f"reports/metrics/single-autocast.json scores {gone}, gone since: run `ampbench evaluate` first "
+        "(`dvc repro` runs both)"
+    )
 
 
 def test_compare_refuses_metrics_whose_runs_the_store_does_not_hold(project, monkeypatch):

@@ -148,6 +148,9 @@ def _caveat(best: dict, rows: list[dict]) -> str:
     )
 
 
+EVALUATE_FIRST = "run `ampbench evaluate` first (`dvc repro` runs both)"
+
+
 def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
     """'' when each metrics record scores the model files there are (or they are not here); else
     one line naming a variant whose model was trained again after it was evaluated (an evaluate
@@ -157,6 +160,9 @@ def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
     for variant, record in records.items():
         for row in record.get("seeds", []):
             path = models_dir / variant / f"seed-{row.get('seed')}" / "model.pt"
+            if row.get("run_id") and not path.exists() and any(path.parent.parent.glob("seed-*/model.pt")):
+                # its variant's models are here, this seed's not (hostile pass R: ranked, exit 0)
+                return f"reports/metrics/{variant}.json scores {path}, gone since: {EVALUATE_FIRST}"
             if not (row.get("run_id") and path.exists()):
                 continue
             try:
@@ -166,8 +172,7 @@ def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
             if now != row["run_id"]:
                 return (
                     f"reports/metrics/{variant}.json scores a model since replaced ({path} is now run "
-                    f"{now}, the metrics are of run {row['run_id']}): run `ampbench evaluate` first "
-                    "(`dvc repro` runs both)"
+                    f"{now}, the metrics are of run {row['run_id']}): {EVALUATE_FIRST}"
                 )
     return ""
 
