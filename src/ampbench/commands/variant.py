@@ -48,6 +48,23 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
         help="a quick run of a minute or two on a CPU (" + ", ".join(QUICK_RUN) + "); the options "
         "above and --set override its settings",
     )
+    if os.environ.get("MLFLOW_RUN_ID"):
+        v.error = _in_mlflow_run_words(v)  # type: ignore[method-assign]
+
+
+def _in_mlflow_run_words(parser: argparse.ArgumentParser):
+    """Under `mlflow run`, a wrong parameter is one line in its -P words, not `ampbench variant`'s
+    usage (hostile passes P, R: nine lines of --options that the user never typed)."""
+    names = ["parallel", "precision", "quick", *(f[2:].replace("-", "_") for f, _, _ in VARIANT_OPTIONS)]
+
+    def error(message: str):
+        if message.startswith("unrecognized arguments"):  # MLflow passes `-P name=value` on as `--name value`
+            message = re.sub(r"--([\w-]+) (\S+)", r"-P \1=\2", message)
+            message += f" (the parameters: {', '.join(names)})"
+        said = re.sub(r"--([\w-]+)", lambda m: "-P " + m[1].replace("-", "_"), message)
+        parser.exit(2, f"mlflow run: {said}\n")
+
+    return error
 
 
 def main(cfg: Config, args, argv: list[str]) -> int:

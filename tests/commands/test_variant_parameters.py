@@ -1,0 +1,33 @@
+"""What `mlflow run` shows for a wrong -P: one line in its own words, not `ampbench variant`'s usage."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampbench import cli
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--precision", "bogus"], "mlflow run: argument -P precision: invalid choice: 'bogus'"),
+        (["--quick", "maybe"], "mlflow run: argument -P quick: yes or no, got 'maybe'"),
+        (["--nosuch", "1"], "mlflow run: unrecognized arguments: -P nosuch=1 (the parameters: parallel, "),
+    ],
+)
+def test_a_wrong_parameter_of_mlflow_run_is_one_line_in_its_words(monkeypatch, capsys, given, said):
+    """Hostile passes P, R: `-P precision=fp16` or `-P nosuch=1` printed `ampbench variant`'s
+    nine-line usage, in --options the user never typed (`--nosuch 1`)."""
+    monkeypatch.setenv("MLFLOW_RUN_ID", "0123")
+    with pytest.raises(SystemExit) as done:
+        cli._parse(["variant", "--parallel", "single", *given])  # noqa: SLF001
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.startswith(said) and err.count("\n") == 1, err
+
+
+def test_outside_mlflow_run_a_wrong_option_keeps_the_usage(monkeypatch, capsys):
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    with pytest.raises(SystemExit):
+        cli._parse(["variant", "--parallel", "single", "--nosuch", "1"])  # noqa: SLF001
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ampbench variant ") and "unrecognized arguments: --nosuch 1" in err
