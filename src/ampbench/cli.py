@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 interrupts.completed(f"came as `ampbench {args.command}` ended: its work is done and kept")
         return code
     except ConfigError as err:
-        log.error("%s%s", err, _outputs_removed())
+        log.error("%s%s", cli_options.as_given(str(err), args), _outputs_removed())
         return EXIT_USAGE
     except KeyboardInterrupt:  # outside a train stage's own stop handling (it saves, says how to resume)
         return _interrupted(args.command)

@@ -102,8 +102,33 @@ def yes_no(text: str) -> bool:
 def variant_overrides(args) -> list[str]:
     """The quick run's settings (--quick), then ``--set``'s, then `ampbench variant`'s own options'."""
     out = [*(QUICK_RUN if getattr(args, "quick", False) else ()), *args.overrides]
+    return out + [item for item, _ in _option_overrides(args)]
+
+
+def _option_overrides(args) -> list[tuple[str, str]]:
+    """`ampbench variant`'s own options as overrides, each with how the user gave it: `--epochs 2`,
+    or under `mlflow run` `-P epochs=2`."""
+    import os
+
+    out = []
     for flag, key, _ in VARIANT_OPTIONS:
         value = str(getattr(args, flag[2:].replace("-", "_"), "") or "").strip()
         if value:
-            out.append(f"{key}=[{value}]" if flag == "--seeds" else f"{key}={value}")
+            name = flag[2:].replace("-", "_")
+            given = f"-P {name}={value}" if os.environ.get("MLFLOW_RUN_ID") else f"{flag} {value}"
+            out.append((f"{key}=[{value}]" if flag == "--seeds" else f"{key}={value}", given))
     return out
+
+
+def as_given(message: str, args) -> str:
+    """A configuration error's "(from --set '<key>=<value>')" for a value an option of `ampbench
+    variant` gave, in that option's words (hostile passes P, R: `-P epochs=zero` was "from --set")."""
+    from ampbench.config.strict import cut, shown
+    from ampbench.output import hide_credentials
+
+    options = _option_overrides(args)
+    for item, given in options:
+        message = message.replace(f"(from --set {shown(hide_credentials(item))})", f"(from {cut(given)})")
+    if options and not args.overrides:
+        message = message.replace(" and --set overrides):", " and the options given):", 1)
+    return message

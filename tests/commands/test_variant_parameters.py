@@ -31,3 +31,12 @@ def test_outside_mlflow_run_a_wrong_option_keeps_the_usage(monkeypatch, capsys):
         cli._parse(["variant", "--parallel", "single", "--nosuch", "1"])  # noqa: SLF001
     err = capsys.readouterr().err
     assert err.startswith("usage: ampbench variant ") and "unrecognized arguments: --nosuch 1" in err
+
+
+@pytest.mark.parametrize(("run_id", "given"), [("0123", "-P epochs=zero"), ("", "--epochs zero")])
+def test_a_bad_value_of_an_option_is_named_as_it_was_given(monkeypatch, caplog, run_id, given):
+    """Hostile passes P, R: `-P epochs=zero` was reported "(from --set 'train.epochs=zero')"."""
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    assert cli.main(["variant", "--parallel", "single", "--epochs", "zero"]) == cli.EXIT_USAGE
+    assert "invalid configuration (params.yaml and the options given):" in caplog.text
+    assert f"train.epochs: expected int, got str 'zero' (from {given})" in caplog.text, caplog.text
