@@ -34,6 +34,7 @@ PASSED_ON = (
     *(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT),
     *(signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM),
 )
+STOP_NAMES = {sig: signal.Signals(sig).name for sig in PASSED_ON}
 # How long a live server takes to greet a new connection: it serves requests one at a time, each
 # in milliseconds (at most child.receive's 5 s for a client that stalls mid-request). Past this,
 # the server is taken for stopped and the stage runs plain: a false alarm costs one stage's
@@ -93,7 +94,7 @@ def forward(argv: list[str]) -> int | None:
         _debug(f"running here, not in the warm server: {reply.get('refused', 'it went away')}")
         return None
     try:
-        child = _Stage(server, int(reply["pid"]))
+        child = _Stage(server, int(reply["pid"]), argv[0])
         return _wait(sock, lines, child, ignored, watch_parent="RANK" in os.environ)
     finally:
         sock.close()
@@ -123,8 +124,9 @@ class _Stage:
     """The forked child, whose end only its server can tell: a server stopped while it runs is
     said once, in one line, after GREETING_WAIT_S (the stage runs on; this process waits)."""
 
-    def __init__(self, server: int, pid: int) -> None:
+    def __init__(self, server: int, pid: int, command: str) -> None:
         self.server, self.pid, self.since, self.told = server, pid, 0.0, False
+        self.command = command  # `ampbench <command>`
 
     def check_server(self) -> None:
         if self.told:
@@ -154,7 +156,11 @@ def _stopped(pid: int) -> bool:
 def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int], watch_parent: bool) -> int:
     """Pass signals on until the server reports how the child ended; end the same way."""
 
+    missed: list[int] = []  # stops that reached no stage: it had ended (then said here, once)
+
     def pass_on(signum: int, frame=None) -> None:
+        if signum in STOP_NAMES and _ended(child.pid):
+            missed.append(signum)
         with contextlib.suppress(OSError):
             sock.sendall(json.dumps({"signal": signum}).encode() + b"\n")
 
@@ -197,19 +203,44 @@ def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int],
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), status["signal"])
         return 128 + status["signal"]
-    return int(status["exit"])
+    code = int(status["exit"])
+    late = _Late(child.command if code == 0 else "")
+    for sig in PASSED_ON:
+        if sig not in ignored:
+            signal.signal(sig, late)  # the stage is over: a stop now stops nothing
+    for signum in missed[:1]:
+        late(signum)
+    return code
+
+
+class _Late:
+    """A stop after the stage ended, which no stage can take: said once where its work was done
+    (hostile pass Q: a Ctrl-C 0.1 s after a pipeline's last training line was passed on to a stage
+    already gone, and nothing was said); nothing where it failed (it said why)."""
+
+    def __init__(self, command: str) -> None:
+        self.command, self.told = command, False
+
+    def __call__(self, signum: int, frame=None) -> None:
+        if self.command and not self.told:
+            self.told = True
+            what = f"came as `ampbench {self.command}` ended: its work is done and kept"
+            print(f"ampbench: {STOP_NAMES[signum]} {what}", file=sys.stderr, flush=True)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie, or reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _wait_gone(pid: int, at_most_s: float = 300.0) -> None:
     """Until process ``pid`` (the stage, not this process's child) has ended: a stop saves first."""
     deadline = time.monotonic() + at_most_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-                if stat.read().rpartition(")")[2].split()[0] == "Z":  # ended, not yet reaped
-                    return
-        except OSError:
-            return
+    while time.monotonic() < deadline and not _ended(pid):
         time.sleep(0.1)
 
 
