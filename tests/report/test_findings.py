@@ -277,3 +277,21 @@ def test_claim_1_gives_autocasts_gain_against_tf32_where_measured():
     with_tf32 = {claims.TUTORIAL: TUTORIAL, claims.PROJECT: {**PROJECT, "single-tf32": tf32}}
     text = speed_claims.claim1(with_tf32, None)
     assert "autocast / tf32 = **2.00x** in images/s" in text and "fp32 above is true fp32" in text
+
+
+@pytest.mark.parametrize(
+    ("gradscaler", "said"),
+    [
+        ([8e3, 30e3, 5e3], "not shown either way** — slower than fp32, but not significantly"),
+        ([30e3, 30.5e3, 29.5e3], "does not hold** — never slower than fp32"),
+    ],
+)
+def test_claim_2_is_not_denied_by_a_slowdown_within_the_noise(gradscaler, said):
+    """Hostile pass T: two noisy CPU seeds, GradScaler at 0.40x fp32 (p 0.48) in both studies:
+    "Verdict (claim 2): does not hold — never significantly slower than fp32: 0.40x fp32"."""
+    from ampbench.report import speed_claims
+
+    fp32, autocast = [22e3, 22.1e3, 21.9e3], [23e3, 23.2e3, 22.9e3]
+    noisy = _study({"fp32": fp32, "autocast": autocast, "autocast_gradscaler": gradscaler}, SAME_ACC)
+    text = speed_claims.claim2({claims.TUTORIAL: noisy, claims.PROJECT: noisy}, None)
+    assert "**Verdict (claim 2): " + said in text, text[-400:]

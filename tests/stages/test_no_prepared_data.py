@@ -37,3 +37,15 @@ def test_a_missing_model_is_refused_before_any_variant_is_evaluated(tmp_path):
         "missing: train dp-autocast_gradscaler first (`ampbench train --parallel dp --precision "
         "autocast_gradscaler`, or `dvc repro train@dp-autocast_gradscaler`)"
     ), err.value
+
+
+def test_a_missing_model_outside_the_matrix_names_no_stage_that_is_not_there(tmp_path):
+    """Hostile pass T: `evaluate --variants single-tf32` said "or `dvc repro train@single-tf32`",
+    a stage params.yaml's variants do not make."""
+    from ampbench.stages import evaluate
+    from ampbench.variants import study_variants
+
+    assert "single-tf32" not in study_variants()  # the shipped matrix
+    with pytest.raises(FileNotFoundError) as err:
+        evaluate.check_models(["single-tf32"], (0,), tmp_path / "models")
+    assert str(err.value).endswith("(`ampbench train --parallel single --precision tf32`)"), err.value

@@ -75,7 +75,8 @@ EN = {
     "c2.why_item": "{ratio}x fp32 under the {label}",
     "c2.both": "GradScaler trains significantly slower than fp32 under both: {why}",
     "c2.tutorial_only": "{why}",
-    "c2.neither": "never significantly slower than fp32: {why}",
+    "c2.neither": "never slower than fp32: {why}",
+    "c2.unclear": "slower than fp32, but not significantly: {why}; more seeds would decide",
     # ------------------------------------------------------------------ claims 3 and 4
     "c3.tutorial": "The tutorial (one run each): single 0.8191 -> 0.8403 with autocast, DP 0.8216 -> "
     '0.8188, DDP 0.8224 -> 0.8162; with GradScaler "raised again" to 0.8409 / 0.8252.',

@@ -72,7 +72,8 @@ ZH = {
     "c2.why_item": "{label}下为 fp32 的 {ratio}x",
     "c2.both": "两种条件下 GradScaler 都显著慢于 fp32：{why}",
     "c2.tutorial_only": "{why}",
-    "c2.neither": "从未显著慢于 fp32：{why}",
+    "c2.neither": "从未慢于 fp32：{why}",
+    "c2.unclear": "慢于 fp32，但不显著：{why}；更多种子可定结论",
     # ------------------------------------------------------------------ 论断 3 和 4
     "c3.tutorial": "原教程（各跑一次）：单卡从 0.8191 变为 autocast 的 0.8403，DP 从 0.8216 变为 0.8188，"
     "DDP 从 0.8224 变为 0.8162；加上 GradScaler 后“又升回”0.8409 / 0.8252。",

@@ -31,6 +31,7 @@ from ampbench.tracking import evaluate_runs, store, trash
 from ampbench.tracking.metric_names import class_keys
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
+from ampbench.variants import study_variants
 
 FOLDERS = ("metrics", "plots/curves", "plots/confusion")  # under reports/: what `_write` fills
 
@@ -228,9 +229,10 @@ def check_models(variants: list[str], seeds, models_dir: Path) -> None:
 
 def _missing_model(path: Path, variant: str) -> FileNotFoundError:
     parallel, _, precision = variant.partition("-")
+    stage = f", or `dvc repro train@{variant}`" if variant in study_variants() else ""  # pass T: one there
     return FileNotFoundError(
         f"{path} {missing(path)}: train {variant} first (`ampbench train --parallel {parallel} "
-        f"--precision {precision}`, or `dvc repro train@{variant}`)"
+        f"--precision {precision}`{stage})"
     )
 
 
