@@ -240,3 +240,31 @@ def test_every_stage_of_a_plain_pipeline_names_the_same_resume_command(monkeypat
     assert seen == ["dvc repro evaluate"]  # what the stages inherit (without -f)
     monkeypatch.setenv(dvc_run.RESUME_ENV, "make run")
     assert dvc_run.main(["repro"]) == 0 and seen[-1] == "make run"  # the Makefile's stands
+
+
+def test_a_ctrl_c_as_the_stage_exits_is_taken_as_after_it(monkeypatch):
+    """Hostile pass S: Ctrl-C 0.05-0.2 s after a pipeline's last training line reached the stage's
+    process after its exit call (the kernel still freeing its memory: no handler runs), and DVC's
+    SIGINT handler, noting it as the stage's, said nothing: exit 0 without a word."""
+    import subprocess
+
+    from ampbench import processes
+
+    env = {**os.environ, "DVC_STAGE": "train@single-fp32"}
+    live = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        quiet = dvc_run.Quiet()
+        quiet.noted_sigint(signal.SIGINT, None)
+        assert quiet.signum == signal.SIGINT and not quiet.after_stage  # the stage takes it
+    finally:
+        live.kill()
+        live.wait()
+    ended = subprocess.Popen(["true"], env=env)
+    deadline = time.monotonic() + 10
+    while not processes.exiting(ended.pid):  # a zombie, not yet reaped
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    quiet = dvc_run.Quiet()
+    quiet.noted_sigint(signal.SIGINT, None)  # the stage has ended: none takes it but the pipeline
+    ended.wait()
+    assert quiet.signum == signal.SIGINT and quiet.after_stage

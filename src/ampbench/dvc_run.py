@@ -121,9 +121,9 @@ class Quiet(logging.Filter):
         return True
 
     def noted_sigint(self, signum, frame) -> None:
-        """Ctrl-C while a stage runs, where DVC ignores it (the stage takes it): noted, so that
-        ``filter`` stops DVC before its next stage."""
-        self.signum = self.signum or signal.SIGINT
+        """Ctrl-C while a stage runs, where DVC ignores it (the stage takes it, unless it is ending:
+        then as after the stage): noted, so that ``filter`` stops DVC before its next stage."""
+        self.signum, self.after_stage = self.signum or signal.SIGINT, processes.stage_commands_ended()
 
     def noted_after_stage(self, signum, frame) -> None:
         """Ctrl-C after a stage's command ended, until the next starts: DVC records the stage."""

@@ -134,3 +134,31 @@ def signal_own_group(signum: int) -> None:
         with contextlib.suppress(OSError, psutil.Error):
             if os.getpgid(process.pid) == group:
                 process.send_signal(signum)
+
+
+PF_EXITING = 0x4  # the kernel's flag (stat's 9th field) on a process past its exit call
+
+
+def exiting(pid: int) -> bool:
+    """Whether process ``pid`` has ended or is ending: reaped, a zombie, or past its exit call. Freeing
+    a large address space takes the kernel tens of ms, in which `kill` still finds the process but
+    no handler of it runs (hostile pass S: a stop then reached nothing, and nothing was said)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rpartition(")")[2].split()
+        return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return True
+
+
+def stage_commands_ended(variable: str = "DVC_STAGE") -> bool:
+    """Whether every child of this process whose environment sets ``variable`` (DVC's stage
+    commands) has ended or is ending: a stop sent now reaches no stage."""
+    import psutil
+
+    for child in psutil.Process().children():
+        try:
+            if variable in child.environ() and not exiting(child.pid):
+                return False
+        except psutil.Error:  # gone meanwhile
+            continue
+    return True

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from ampbench.processes import exiting
 from ampbench.timing import process_age
 from ampbench.warm import SOCKET_ENV, context
 
@@ -159,7 +160,7 @@ def _wait(sock: socket.socket, lines: _Lines, child: _Stage, ignored: list[int],
     missed: list[int] = []  # stops that reached no stage: it had ended (then said here, once)
 
     def pass_on(signum: int, frame=None) -> None:
-        if signum in STOP_NAMES and _ended(child.pid):
+        if signum in STOP_NAMES and exiting(child.pid):
             missed.append(signum)
         with contextlib.suppress(OSError):
             sock.sendall(json.dumps({"signal": signum}).encode() + b"\n")
@@ -228,19 +229,10 @@ class _Late:
             print(f"ampbench: {STOP_NAMES[signum]} {what}", file=sys.stderr, flush=True)
 
 
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie, or reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rpartition(")")[2].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _wait_gone(pid: int, at_most_s: float = 300.0) -> None:
     """Until process ``pid`` (the stage, not this process's child) has ended: a stop saves first."""
     deadline = time.monotonic() + at_most_s
-    while time.monotonic() < deadline and not _ended(pid):
+    while time.monotonic() < deadline and not exiting(pid):
         time.sleep(0.1)
 
 
