@@ -60,6 +60,8 @@ EN = {
     "c1.both": "{tut}x and {proj}x under both conditions ({rule})",
     "c1.tutorial_only": "{tut}x there, {proj}x under the project's defaults ({rule})",
     "c1.neither": "{tut}x under the tutorial's conditions, {proj}x under the project's ({rule})",
+    "c1.unclear": "{tut}x under the tutorial's conditions, {proj}x under the project's ({rule}), but a "
+    "speed-up within the seeds' noise: more seeds would decide",
     "c2.tutorial": "The tutorial: 27 min 27 s for 20 epochs with GradScaler, against 22 min 22 s in "
     "fp32 and 21 min 21 s with autocast alone, one hand-timed run each.",
     "c2.bullet": "- {label}: GradScaler's step costs {cost}x autocast's (p {p_ac}); it trains at "
@@ -75,8 +77,9 @@ EN = {
     "c2.why_item": "{ratio}x fp32 under the {label}",
     "c2.both": "GradScaler trains significantly slower than fp32 under both: {why}",
     "c2.tutorial_only": "{why}",
-    "c2.neither": "never slower than fp32: {why}",
-    "c2.unclear": "slower than fp32, but not significantly: {why}; more seeds would decide",
+    "c2.neither": "significantly faster than fp32 under both: {why}",
+    "c2.unclear": "neither a significant slowdown under both nor a significant speed-up: {why}; more "
+    "seeds would decide",
     # ------------------------------------------------------------------ claims 3 and 4
     "c3.tutorial": "The tutorial (one run each): single 0.8191 -> 0.8403 with autocast, DP 0.8216 -> "
     '0.8188, DDP 0.8224 -> 0.8162; with GradScaler "raised again" to 0.8409 / 0.8252.',

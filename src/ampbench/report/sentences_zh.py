@@ -57,6 +57,7 @@ ZH = {
     "c1.both": "两种条件下分别为 {tut}x 和 {proj}x（{rule}）",
     "c1.tutorial_only": "教程条件下为 {tut}x，本项目默认设置下为 {proj}x（{rule}）",
     "c1.neither": "教程条件下为 {tut}x，本项目条件下为 {proj}x（{rule}）",
+    "c1.unclear": "教程条件下为 {tut}x，本项目条件下为 {proj}x（{rule}），但加速在种子间的噪声之内：更多种子可定结论",
     "c2.tutorial": "原教程：使用 GradScaler 时 20 个 epoch 用了 27 分 27 秒，而 fp32 为 22 分 22 秒、仅用 autocast "
     "为 21 分 21 秒，各为一次手工计时。",
     "c2.bullet": "- {label}：GradScaler 的训练步耗时是 autocast 的 {cost}x（p {p_ac}）；"
@@ -72,8 +73,8 @@ ZH = {
     "c2.why_item": "{label}下为 fp32 的 {ratio}x",
     "c2.both": "两种条件下 GradScaler 都显著慢于 fp32：{why}",
     "c2.tutorial_only": "{why}",
-    "c2.neither": "从未慢于 fp32：{why}",
-    "c2.unclear": "慢于 fp32，但不显著：{why}；更多种子可定结论",
+    "c2.neither": "两种条件下都显著快于 fp32：{why}",
+    "c2.unclear": "既无两种条件下的显著变慢，也无显著加速：{why}；更多种子可定结论",
     # ------------------------------------------------------------------ 论断 3 和 4
     "c3.tutorial": "原教程（各跑一次）：单卡从 0.8191 变为 autocast 的 0.8403，DP 从 0.8216 变为 0.8188，"
     "DDP 从 0.8224 变为 0.8162；加上 GradScaler 后“又升回”0.8409 / 0.8252。",
