@@ -17,8 +17,7 @@
 3. DVC's bookkeeping ("> ampbench ...", the blank line after it, "Updating lock file", git tips,
    "Use `dvc push` ...") is dropped (AMPBENCH_DEBUG=1 keeps it): the run ends on the compare
    stage's answer; with nothing to run, "Data and pipelines are up to date." says where it is.
-4. A Ctrl-C outside a stage (while DVC or the warm server starts or ends) ends the command with one
-   line, or none after a finished run, never a traceback.
+4. A Ctrl-C outside a stage (DVC or the warm server starting or ending) is one line, never a traceback.
 5. The stages DVC starts run warm: in forks of a server, started here and ended with this
    command, that has imported torch, MLflow and scikit-learn once (``ampbench.warm``).
 6. Before DVC runs: a params file DVC would choke on, a project another pipeline command is
@@ -173,8 +172,10 @@ def stop_line(quiet: Quiet, argv: list[str]) -> str:
 
 
 def resume_command(argv: list[str]) -> str:
-    """This dvc command without -f/--force, which would run the finished stages again (pass J)."""
-    return shlex.join(["dvc", *(a for a in argv if a not in ("-f", "--force"))])
+    """This dvc command without -f/--force, which would run the finished stages again (pass J), but
+    with it for the stages it names alone (-s: pass U, DVC checked the old outputs out instead)."""
+    single = any(a in ("-s", "--single-item") or re.fullmatch(r"-\w*s\w*", a) for a in argv)
+    return shlex.join(["dvc", *(a for a in argv if single or a not in ("-f", "--force"))])
 
 
 def killed_line(stage: str, argv: list[str]) -> str:

@@ -140,6 +140,10 @@ def test_dvc_run_drops_the_hash_warnings_and_turns_a_stop_into_its_status():
     assert line.startswith("Stopped by SIGINT during stage 'train@single-fp32'") and "dvc repro" in line
     # hostile pass J: "To resume: dvc repro -f", which runs the finished stages again
     assert dvc_run.stop_line(quiet, ["repro", "-f", "train@x"]).endswith("To resume: dvc repro train@x")
+    # hostile pass U: but for the stages it forces alone, without -f DVC checks their old outputs out
+    for single in (["-s"], ["--single-item"], ["-fs"]):
+        argv = ["repro", *(["-f"] if single != ["-fs"] else []), *single, "train@x"]
+        assert dvc_run.stop_line(quiet, argv).endswith("To resume: " + " ".join(["dvc", *argv]))
 
 
 # ------------------------------------------------------------------ the offline plots page
