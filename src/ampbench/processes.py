@@ -139,13 +139,14 @@ def signal_own_group(signum: int) -> None:
 PF_EXITING = 0x4  # the kernel's flag (stat's 9th field) on a process past its exit call
 
 
-def exiting(pid: int) -> bool:
-    """Whether process ``pid`` has ended or is ending: reaped, a zombie, or past its exit call. Freeing
-    a large address space takes the kernel tens of ms, in which `kill` still finds the process but
-    no handler of it runs (hostile pass S: a stop then reached nothing, and nothing was said)."""
+def exiting(pid: int, or_ending: bool = True) -> bool:
+    """Whether process ``pid`` has ended (reaped or a zombie) or, with ``or_ending``, is past its
+    exit call. Freeing a large address space takes the kernel tens of ms, in which `kill` still finds
+    the process but no handler of it runs (hostile pass S: a stop then reached nothing, and nothing
+    was said); who waits for a process to be gone asks without ``or_ending``."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rpartition(")")[2].split()
-        return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
+        return fields[0] in ("Z", "X", "x") or (or_ending and bool(int(fields[6]) & PF_EXITING))
     except (OSError, IndexError, ValueError):
         return True
 

@@ -45,3 +45,28 @@ def test_a_stop_after_the_stage_ended_is_said_once_where_its_work_was_done(capsy
     err = capsys.readouterr().err
     line = "ampbench: SIGINT came as `ampbench train` ended: its work is done and kept\n"
     assert err.count(line) == said and err.count("came as") == said, err
+
+
+def test_the_client_waits_for_a_stopped_stage_to_be_gone_not_only_past_its_exit_call(monkeypatch):
+    """CI (stop 46): the client said the stage was stopped while the kernel still freed it (its
+    PF_EXITING flag set, not yet a zombie), and the caller's next look found it alive."""
+    from ampbench import processes
+
+    states = iter(["R", "R", "Z"])  # past its exit call twice, then a zombie
+    read: list[str] = []
+
+    class Stat:
+        def __init__(self, path: str) -> None:
+            pass
+
+        def read_text(self, encoding: str) -> str:
+            read.append(next(states))
+            flags = processes.PF_EXITING | 0x400000
+            return f"4242 (python) {read[-1]} 1 1 1 0 -1 {flags} 0 0"
+
+    monkeypatch.setattr(processes, "Path", Stat)
+    client._wait_gone(4242, at_most_s=10)
+    assert read == ["R", "R", "Z"]
+    states = iter(["R"])
+    read.clear()
+    assert processes.exiting(4242) and read == ["R"]  # a stop sent now reaches no handler

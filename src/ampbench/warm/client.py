@@ -230,9 +230,10 @@ class _Late:
 
 
 def _wait_gone(pid: int, at_most_s: float = 300.0) -> None:
-    """Until process ``pid`` (the stage, not this process's child) has ended: a stop saves first."""
+    """Until process ``pid`` (the stage, not this process's child) has ended: a stop saves first.
+    Past its exit call is not yet ended: the caller's next step may find it (CI, stop 46)."""
     deadline = time.monotonic() + at_most_s
-    while time.monotonic() < deadline and not exiting(pid):
+    while time.monotonic() < deadline and not exiting(pid, or_ending=False):
         time.sleep(0.1)
 
 
