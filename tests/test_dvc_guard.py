@@ -67,3 +67,35 @@ def test_a_data_file_that_is_no_archive_is_refused_before_the_estimate(tmp_path)
     assert data_fault(str(text)).startswith(f"DATA={text}: is not a tar archive, nor a gzip")
     assert data_fault(str(empty)).startswith(f"DATA={empty}: is an empty file; point DATA at")
     assert data_fault(str(tar)) == ""
+
+
+def test_a_variant_trained_outside_the_pipeline_is_refused_before_dvc_deletes_it(tmp_path, monkeypatch):
+    """Hostile pass W: `python -m ampbench.dvc_run repro -f -s train@single-autocast` while an
+    `ampbench train` of that variant ran: DVC deleted models/single-autocast/ as the stage started,
+    then the stage refused the second trainer. The published models were lost."""
+    import subprocess
+    import sys
+    import time
+
+    from ampbench import dvc_guard
+
+    monkeypatch.chdir(tmp_path)
+    lock = tmp_path / "checkpoints" / "single-autocast" / ".train.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    assert dvc_guard.trainer_fault() == ""
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print(1, flush=True); time.sleep(60)"
+    )
+    trainer = subprocess.Popen([sys.executable, "-c", hold, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline() == "1\n"
+        said = dvc_guard.trainer_fault()
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert said.startswith(f"ERROR: single-autocast is being trained by pid {trainer.pid}, outside"), said
+    assert f"kill {trainer.pid}" in said and "models/single-autocast/" in said
+    time.sleep(0.1)
+    assert dvc_guard.trainer_fault() == ""  # ended: nothing in the way

@@ -86,6 +86,24 @@ def busy_fault() -> str:
     return ""
 
 
+def trainer_fault() -> str:
+    """One line when a process outside any pipeline trains a variant here (`ampbench train`, `mlflow
+    run`): DVC deletes a stage's outputs before its command runs, so its stage would have deleted
+    that variant's published models/ before refusing the second trainer (hostile pass W: lost)."""
+    from ampbench.paths import TRAIN_LOCK, WORK_DIR
+    from ampbench.tracking.faults import lock_pids
+
+    for lock in sorted(WORK_DIR.glob(f"*/{TRAIN_LOCK}")):
+        if pids := lock_pids(lock):
+            named = " ".join(map(str, pids))
+            return (
+                f"ERROR: {lock.parent.name} is being trained by pid {named}, outside this pipeline, whose "
+                f"stage would first delete models/{lock.parent.name}/: wait for it or end it (kill "
+                f"{named}), then run this again"
+            )
+    return ""
+
+
 def quoted_overrides(argv: list[str]) -> list[str]:
     """argv with each ``-S <key>=<value>`` of a FREE_TEXT key quoted for DVC's override grammar:
     in single quotes, a quote escaped, and backslashes doubled where they come before a quote or
@@ -145,7 +163,12 @@ def main(data_url: str = "") -> int:
     """`python -m ampbench.dvc_guard [DATA]`: `make run`'s first step, before its estimate times
     steps (seconds), and dvc_run's before DVC: a params fault or a DATA naming nothing (exit 2),
     or a busy project (exit 1), in one line, at once; 0 when none."""
-    faults = ((params_fault(), EXIT_USAGE), (data_fault(data_url), EXIT_USAGE), (busy_fault(), 1))
+    faults = (
+        (params_fault(), EXIT_USAGE),
+        (data_fault(data_url), EXIT_USAGE),
+        (busy_fault(), 1),
+        (trainer_fault(), 1),
+    )
     for fault, status in faults:
         if fault:
             print(fault, file=sys.stderr, flush=True)
