@@ -64,6 +64,31 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_leaves_no_file
     assert not (tmp_path / "checkpoints").exists()  # nothing left where nothing was written
 
 
+def test_a_dvc_stage_refused_a_second_trainer_names_what_brings_back_the_models_dvc_removed(
+    tmp_path, monkeypatch
+):
+    """Hostile pass W: a plain `dvc repro` removes models/<v>/ before the stage's command refuses the
+    second trainer (the pipeline command refuses first); the refusal says how to get them back."""
+    monkeypatch.chdir(tmp_path)
+    Path("dvc.lock").write_text("stages:\n  train@single-fp32:\n    outs:\n    - path: models/single-fp32\n")
+    first = _holder(tmp_path, "hold(Path('checkpoints/single-fp32'), 'single-fp32')")
+    try:
+        monkeypatch.setenv("DVC_STAGE", "train@single-fp32")
+        with pytest.raises(train_lock.TrainingBusyError) as err, train_lock.hold(WORK, "single-fp32"):
+            pass
+        assert str(err.value).endswith(
+            ". DVC removed models/single-fp32/ as this stage began: until that training publishes its "
+            "own, `dvc checkout models/single-fp32` brings back the one dvc.lock records"
+        )
+        Path("models/single-fp32").mkdir(parents=True)  # not removed: nothing to bring back
+        with pytest.raises(train_lock.TrainingBusyError) as err, train_lock.hold(WORK, "single-fp32"):
+            pass
+        assert str(err.value).endswith(f"(kill {first.pid})")
+    finally:
+        first.kill()
+        first.wait()
+
+
 def test_new_data_is_not_made_while_a_variant_trains_from_the_old(tmp_path, monkeypatch):
     """Hostile pass I: a quick `mlflow run` (its download) re-prepared data/prepared while a train
     stage read it; that stage's models then met other data in evaluate."""

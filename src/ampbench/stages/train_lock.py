@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ampbench.paths import TRAIN_LOCK, cannot_hold, unwritable
+from ampbench.paths import MODELS_DIR, TRAIN_LOCK, cannot_hold, unwritable
 from ampbench.tracking.faults import lock_pids
 
 LOCK, WORKERS = TRAIN_LOCK, ".workers.lock"
@@ -39,7 +39,26 @@ def _busy(variant: str, path: Path, pids: list[int]) -> TrainingBusyError:
             pids = [int(path.read_text(encoding="utf-8").split()[0])]
     who = ", ".join(map(str, pids)) or "another process"
     kill = f"kill {' '.join(map(str, pids))}" if pids else f"`fuser {path}` names it"
-    return TrainingBusyError(f"{variant} is being trained by pid {who}: wait for it or end it ({kill})")
+    said = f"{variant} is being trained by pid {who}: wait for it or end it ({kill})"
+    return TrainingBusyError(said + _removed_by_dvc(variant))
+
+
+def _removed_by_dvc(variant: str) -> str:
+    """What brings back the models a plain `dvc repro` removed before this refused stage began
+    (hostile pass Y; the pipeline command refuses before DVC runs, dvc_guard.trainer_fault)."""
+    published = MODELS_DIR / variant
+    if not os.environ.get("DVC_STAGE") or published.exists():
+        return ""
+    try:
+        recorded = f"path: {published.as_posix()}\n" in Path("dvc.lock").read_text(encoding="utf-8")
+    except OSError:
+        recorded = False
+    if not recorded:
+        return ""
+    return (
+        f". DVC removed {published.as_posix()}/ as this stage began: until that training publishes its "
+        f"own, `dvc checkout {published.as_posix()}` brings back the one dvc.lock records"
+    )
 
 
 def _write_pid(fd: int, path: Path) -> None:
