@@ -310,3 +310,38 @@ def test_claim_1_is_not_denied_by_a_speed_up_within_the_noise():
     clear = _study({"fp32": fp32, "autocast": [33e3, 33.2e3, 32.9e3], "autocast_gradscaler": gs}, SAME_ACC)
     text = speed_claims.claim1({claims.TUTORIAL: clear, claims.PROJECT: clear}, None)
     assert "**Verdict (claim 1): does not hold** — " in text, text[-400:]
+
+
+@pytest.mark.parametrize(
+    ("autocast", "said"),
+    [
+        ([15e3, 35e3, 26e3], "not shown either way"),  # 1.15x, but 1.2x is within the noise
+        ([25e3, 25.2e3, 24.9e3], "holds"),  # 1.14x, clearly under 1.2x
+    ],
+)
+def test_claim_1_is_not_confirmed_by_a_speed_up_within_the_noise(autocast, said):
+    """Hostile pass Z: autocast at 1.15x fp32 with Welch p 0.81 (two noisy CPU seeds): "Verdict
+    (claim 1): holds", though 1.2x was as likely."""
+    from ampbench.report import speed_claims
+
+    fp32, gs = [22e3, 22.1e3, 21.9e3], [20e3, 20.1e3, 19.9e3]
+    study = _study({"fp32": fp32, "autocast": autocast, "autocast_gradscaler": gs}, SAME_ACC)
+    text = speed_claims.claim1({claims.TUTORIAL: study, claims.PROJECT: study}, None)
+    assert f"**Verdict (claim 1): {said}** — " in text, text[-400:]
+
+
+def test_a_study_of_variants_trained_with_different_settings_is_refused(tmp_path: Path):
+    """Hostile pass Z: single-tf32 retrained with 3 epochs beside 2-epoch variants, compared with
+    --allow-mixed; findings weighed them against each other, exit 0, "mixed" nowhere."""
+    retrained = {**PROJECT, "single-autocast": _record("single-autocast", SAME_ACC["fp32"], [9e4] * 3)}
+    for variant, record in retrained.items():
+        for seed in record["seeds"]:
+            seed["train.epochs"] = 3 if variant == "single-autocast" else 2
+    _write(tmp_path / "reports", retrained)
+    _write(tmp_path / "tutorial/reports", TUTORIAL)
+    with pytest.raises(findings.FindingsError) as err:
+        findings.main(tmp_path / "reports", tmp_path / "tutorial/reports", None, tmp_path / "F.md", None)
+    said = str(err.value)
+    assert said.startswith(f"the project's study: {tmp_path / 'reports/metrics'}/ holds variants trained")
+    assert "train.epochs: 3 (single-autocast) vs 2 (single-autocast_gradscaler, single-fp32)" in said
+    assert "run `make run` (or `dvc repro`) again" in said and not (tmp_path / "F.md").exists()

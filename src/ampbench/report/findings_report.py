@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from ampbench.report import claims, ladder, savings, speed_claims
+from ampbench.report import claims, ladder, mixed, savings, speed_claims
 from ampbench.report.sentences import ENGLISH, Words
 
 VERDICTS = claims.VERDICTS
@@ -46,6 +46,12 @@ def load_study(folder: Path, label: str, how: str) -> dict[str, dict]:
             f"{label}: missing {names} (written by `ampbench evaluate`); findings needs the three single "
             f"variants ({', '.join(SINGLE)}): produce them with {how}, with params.yaml's `variants` "
             "naming them (`parallel` with single, `precision` with all three)"
+        )
+    if differ := mixed.differences(found):  # hostile pass Z: tf32 of 3 epochs weighed against 2
+        raise FindingsError(
+            f"{label}: {metrics}/ holds variants trained with different settings ({'; '.join(differ)}), "
+            "so its claims would weigh two studies against each other; set params.yaml to the settings "
+            f"the study should have and run {how} again (it re-trains the variants trained otherwise)"
         )
     return found
 

@@ -60,8 +60,8 @@ EN = {
     "c1.both": "{tut}x and {proj}x under both conditions ({rule})",
     "c1.tutorial_only": "{tut}x there, {proj}x under the project's defaults ({rule})",
     "c1.neither": "{tut}x under the tutorial's conditions, {proj}x under the project's ({rule})",
-    "c1.unclear": "{tut}x under the tutorial's conditions, {proj}x under the project's ({rule}), but a "
-    "speed-up within the seeds' noise: more seeds would decide",
+    "c1.unclear": "{tut}x under the tutorial's conditions, {proj}x under the project's ({rule}), but "
+    "which side of that line is within the seeds' noise: more seeds would decide",
     "c2.tutorial": "The tutorial: 27 min 27 s for 20 epochs with GradScaler, against 22 min 22 s in "
     "fp32 and 21 min 21 s with autocast alone, one hand-timed run each.",
     "c2.bullet": "- {label}: GradScaler's step costs {cost}x autocast's (p {p_ac}); it trains at "

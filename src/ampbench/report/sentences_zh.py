@@ -57,7 +57,7 @@ ZH = {
     "c1.both": "两种条件下分别为 {tut}x 和 {proj}x（{rule}）",
     "c1.tutorial_only": "教程条件下为 {tut}x，本项目默认设置下为 {proj}x（{rule}）",
     "c1.neither": "教程条件下为 {tut}x，本项目条件下为 {proj}x（{rule}）",
-    "c1.unclear": "教程条件下为 {tut}x，本项目条件下为 {proj}x（{rule}），但加速在种子间的噪声之内：更多种子可定结论",
+    "c1.unclear": "教程条件下为 {tut}x，本项目条件下为 {proj}x（{rule}），但落在该界线哪一侧仍在种子间的噪声之内：更多种子可定结论",
     "c2.tutorial": "原教程：使用 GradScaler 时 20 个 epoch 用了 27 分 27 秒，而 fp32 为 22 分 22 秒、仅用 autocast "
     "为 21 分 21 秒，各为一次手工计时。",
     "c2.bullet": "- {label}：GradScaler 的训练步耗时是 autocast 的 {cost}x（p {p_ac}）；"

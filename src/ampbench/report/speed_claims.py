@@ -38,6 +38,18 @@ def _speed(studies: dict, variant: str, base: str) -> dict[str, tuple[float, flo
     return out
 
 
+def _under_barely(studies: dict, variant: str, base: str) -> dict[str, bool]:
+    """{study: whether the speed-up of variant over base is shown to be under BARELY}: one-sided
+    Welch, variant's images/s below BARELY times base's (hostile pass Z: 1.15x at p 0.81, two noisy
+    seeds, was "holds")."""
+    out = {}
+    for label, runs in studies.items():
+        a = seed_values(runs[f"single-{variant}"], "images_per_second")
+        b = [BARELY * x for x in seed_values(runs[f"single-{base}"], "images_per_second")]
+        out[label] = _significant(stats.welch_p(a, b, alternative="less"))
+    return out
+
+
 def _speed_table(studies: dict, variants: tuple[str, ...], w: Words) -> list[str]:
     lines = [w("speed.head"), "|---|---|---|---|---|---|---|"]
     for label, runs in studies.items():
@@ -114,9 +126,10 @@ def claim1(studies: dict, bench: dict | None, w: Words = ENGLISH) -> str:
     # more than barely only where the speed-up is also no noise (hostile pass V: 1.43x at p 0.08, two
     # noisy seeds, was "does not hold")
     shown = {label: s >= BARELY and _significant(p) for label, (s, p) in speed.items()}
-    if speed[TUTORIAL][0] < BARELY and speed[PROJECT][0] < BARELY:
+    barely = _under_barely(studies, AC, FP32)  # and "barely" only where that is no noise either
+    if barely[TUTORIAL] and barely[PROJECT]:
         v = verdict(1, "holds", w("c1.both", tut=tut, proj=proj, rule=rule), w)
-    elif speed[TUTORIAL][0] < BARELY and shown[PROJECT]:
+    elif barely[TUTORIAL] and shown[PROJECT]:
         reason = w("c1.tutorial_only", tut=tut, proj=proj, rule=rule)
         v = verdict(1, "holds only under the tutorial's conditions", reason, w)
     elif all(shown.values()):

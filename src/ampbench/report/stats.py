@@ -22,12 +22,13 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def welch_p(a: list[float], b: list[float]) -> float:
-    """Welch's t-test p-value; nan when either side has < 2 seeds or no variance at all."""
+def welch_p(a: list[float], b: list[float], alternative: str = "two-sided") -> float:
+    """Welch's t-test p-value; nan when either side has < 2 seeds or no variance at all.
+    ``alternative="less"``: one-sided, that a's mean is below b's."""
     if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
         return math.nan
     # Seeds of equal accuracy on one side make SciPy warn of "catastrophic cancellation" on the
     # terminal (final pass H): the p-value is still the test's; the warning is noise in a report.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+        return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)

@@ -162,7 +162,7 @@ def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
             path = models_dir / variant / f"seed-{row.get('seed')}" / "model.pt"
             if row.get("run_id") and not path.exists() and any(path.parent.parent.glob("seed-*/model.pt")):
                 # its variant's models are here, this seed's not (hostile pass R: ranked, exit 0)
-                return f"reports/metrics/{variant}.json scores {path}, gone since: {EVALUATE_FIRST}"
+                return f"reports/metrics/{variant}.json scores {path}, gone since: {_bring_back(variant)}"
             if not (row.get("run_id") and path.exists()):
                 continue
             try:
@@ -175,6 +175,16 @@ def replaced_since(records: dict[str, dict], models_dir: Path) -> str:
                     f"{now}, the metrics are of run {row['run_id']}): {EVALUATE_FIRST}"
                 )
     return ""
+
+
+def _bring_back(variant: str) -> str:
+    """What brings a removed model back and scores it again (hostile pass Z: "run `ampbench
+    evaluate` first", which then refused for want of the model)."""
+    parallel, _, precision = variant.partition("-")
+    train = f"`ampbench train --parallel {parallel} --precision {precision}`, then `ampbench evaluate`"
+    if variant not in study_variants():
+        return f"train it again, {train}"
+    return f"`dvc repro` brings it back (from DVC's cache, else by training) and scores it again; or {train}"
 
 
 def runs_not_in(tracker, records: dict[str, dict]) -> str:
