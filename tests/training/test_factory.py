@@ -205,10 +205,12 @@ def test_tf32_sets_and_records_the_flags_and_fp32_restores_true_fp32(caplog):
             assert (facts["tf32_matmul"], facts["tf32_cudnn"]) == (False, False)
             precision.REGISTRY["tf32"].setup(model, cuda)
         # a CPU has no TF32: true fp32, said and recorded (the flag would slow CPU matmuls)
+        precision._say_once.cache_clear()
         facts = precision.REGISTRY["tf32"].setup(model, torch.device("cpu")).facts
         assert (facts["tf32_matmul"], facts["tf32_cudnn"]) == (False, False)
         assert torch.get_float32_matmul_precision() == "highest"
-        assert "TF32 is a CUDA tensor-core mode; on cpu this runs true fp32" in caplog.text
+        precision.REGISTRY["tf32"].setup(model, torch.device("cpu"))  # the next seed: said once (pass Z)
+        assert caplog.text.count("TF32 is a CUDA tensor-core mode; on cpu this runs true fp32") == 1
     finally:
         precision.set_tf32(False)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
