@@ -94,8 +94,9 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "params.fifo"
     os.mkfifo(fifo)
     for path in (fifo, Path("/dev/zero")):
-        with pytest.raises(ConfigError, match="not a regular file"):
+        with pytest.raises(ConfigError, match="not a regular file") as err:
             load_config(path)
+        assert f"fix {path}" not in str(err.value) and "point --params at a YAML file" in str(err.value)
 
 
 def test_values_quoted_in_errors_are_cut_to_80_characters(tmp_path):

@@ -179,7 +179,10 @@ def read_params(path: Path) -> object:
         if stat.S_ISDIR(info.st_mode):
             raise ConfigError(f"params file {path}: is a folder, not a file; {fix}")
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"params file {path}: is not a regular file (a pipe, device or socket); {fix}")
+            raise ConfigError(  # not "fix /dev/zero" (hostile pass Z)
+                f"params file {path}: is not a regular file (a pipe, device or socket); point --params at "
+                "a YAML file such as the project's params.yaml"
+            )
         data = _read_at_most(fd, MAX_BYTES + 1)  # a file growing meanwhile, or a size /proc does not tell
     except OSError as err:  # /proc/self/mem: EIO
         raise ConfigError(f"params file {path}: cannot be read ({err.strerror}); {fix}") from None
