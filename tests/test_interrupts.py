@@ -271,6 +271,13 @@ def test_a_stage_under_dvc_refusing_its_settings_says_how_to_get_its_outputs_bac
         (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8"
     )
     monkeypatch.setenv("DVC_STAGE", "train@single-fp32")
+    # hostile pass Y: where dvc.lock records none (made outside DVC), no checkout can bring them back
+    assert cli.main(["estimate", "--set", "train.epochs=abc"]) == cli.EXIT_USAGE
+    none = "DVC removed this stage's outputs as it started (dvc.lock records none): its next run makes them"
+    assert caplog.text.rstrip().endswith(none)
+    caplog.clear()
+    locked = "stages:\n  train@single-fp32:\n    outs:\n    - path: models/single-fp32\n      md5: ab.dir\n"
+    (tmp_path / "dvc.lock").write_text(locked, encoding="utf-8")
     assert cli.main(["estimate", "--set", "train.epochs=abc"]) == cli.EXIT_USAGE
     fix = "DVC removed this stage's outputs as it started: `dvc checkout train@single-fp32` puts them back"
     assert caplog.text.rstrip().endswith(fix)
@@ -299,7 +306,9 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     (tmp_path / "data" / "prepared").mkdir(parents=True)
     (tmp_path / "data" / "prepared" / "cifar10.pt").write_bytes(b"x")
     (tmp_path / "dvc.lock").write_text(
-        "outs:\n- path: models/single-fp32\n- path: data/prepared\n", encoding="utf-8"
+        "stages:\n  download:\n    outs:\n    - path: data/prepared\n  train@single-fp32:\n    outs:\n"
+        "    - path: models/single-fp32\n",
+        encoding="utf-8",
     )
     variant._say_what_is_replaced("single-fp32", cfg)  # noqa: SLF001
     assert "this run replaces the pipeline's models/single-fp32 and data/prepared" in caplog.text
@@ -308,7 +317,11 @@ def test_a_variant_run_says_which_pipeline_outputs_it_replaces(monkeypatch, capl
     # single-autocast_gradscaler's models as its own)
     caplog.clear()
     (tmp_path / "models" / "single-autocast").mkdir()
-    (tmp_path / "dvc.lock").write_text("outs:\n- path: models/single-autocast_gradscaler\n", encoding="utf-8")
+    (tmp_path / "dvc.lock").write_text(
+        "stages:\n  train@single-autocast_gradscaler:\n    outs:\n"
+        "    - path: models/single-autocast_gradscaler\n",
+        encoding="utf-8",
+    )
     variant._say_what_is_replaced("single-autocast", cfg)  # noqa: SLF001
     assert caplog.text == ""
 

@@ -35,7 +35,7 @@ import sys
 from ampbench import address_space, cli_options, interrupts, output
 from ampbench.chains import kinds
 from ampbench.config import ConfigError, load_config
-from ampbench.paths import unreadable_folder
+from ampbench.paths import dvc_recorded, unreadable_folder
 
 # Imported now, not when a fault happens: a command that ran out of memory (a tight `ulimit -v`)
 # can still say so in one line (hostile re-run: the fault path's own import failed, a second traceback).
@@ -201,7 +201,10 @@ def _outputs_removed() -> str:
     stage = os.environ.get("DVC_STAGE")
     if not stage:
         return ""
-    return f"; DVC removed this stage's outputs as it started: `dvc checkout {stage}` puts them back"
+    removed = "; DVC removed this stage's outputs as it started"
+    if not dvc_recorded(stage):  # made outside DVC (hostile pass Y): nothing to check out
+        return f"{removed} (dvc.lock records none): its next run makes them"
+    return f"{removed}: `dvc checkout {stage}` puts them back"
 
 
 def debugging(args) -> bool:

@@ -111,3 +111,17 @@ def missing(path: Path) -> str:
         if parent.exists() and not parent.is_dir():
             return f"missing: {parent} is a file, not a folder (move it away first)"
     return "missing"
+
+
+def dvc_recorded(stage: str = "", lock: Path = Path("dvc.lock")) -> set[str]:
+    """The outputs dvc.lock records (of ``stage`` alone, where given), as their paths: what `dvc
+    checkout` can bring back; none where it records none or cannot be read (hostile pass Y: a
+    refused download said "`dvc checkout download` puts them back" of a folder it never recorded)."""
+    import yaml
+
+    try:
+        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+        named = [stages.get(stage) or {}] if stage else list(stages.values())
+        return {str(out["path"]).rstrip("/") for entry in named for out in entry.get("outs") or []}
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, KeyError):
+        return set()

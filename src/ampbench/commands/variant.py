@@ -20,11 +20,10 @@ import os
 import re
 import shlex
 import sys
-from pathlib import Path
 
 from ampbench.cli_options import QUICK_RUN, VARIANT_OPTIONS, add_variant_choice, yes_no
 from ampbench.config import Config
-from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR
+from ampbench.paths import DATA_FILE, MODELS_DIR, REPORTS_DIR, dvc_recorded
 from ampbench.stages.download import prepared_mismatch
 from ampbench.stages.stop import came_late, launcher_command
 from ampbench.variants import variant_name
@@ -107,10 +106,7 @@ def main(cfg: Config, args, argv: list[str]) -> int:
 def _say_what_is_replaced(variant: str, cfg: Config) -> None:
     """The study's DVC outputs this run replaces, and how they come back (hostile pass Z: a quick
     `mlflow run` after `dvc repro` replaced the study's models and data without a word)."""
-    lock = Path("dvc.lock")
-    text = lock.read_text(encoding="utf-8") if lock.is_file() else ""
-    # each output's own line ("- path: models/single-autocast" is not single-autocast_gradscaler's)
-    outputs = set(re.findall(r"^\s*-?\s*path:\s*(\S+?)/?\s*$", text, re.MULTILINE))
+    outputs = dvc_recorded()
     models = f"models/{variant}"
     replaced = [models] if models in outputs and (MODELS_DIR / variant).is_dir() else []
     if DATA_FILE.exists() and "data/prepared" in outputs and prepared_mismatch(cfg):

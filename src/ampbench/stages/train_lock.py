@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ampbench.paths import MODELS_DIR, TRAIN_LOCK, cannot_hold, unwritable
+from ampbench.paths import MODELS_DIR, TRAIN_LOCK, cannot_hold, dvc_recorded, unwritable
 from ampbench.tracking.faults import lock_pids
 
 LOCK, WORKERS = TRAIN_LOCK, ".workers.lock"
@@ -47,13 +47,8 @@ def _removed_by_dvc(variant: str) -> str:
     """What brings back the models a plain `dvc repro` removed before this refused stage began
     (hostile pass Y; the pipeline command refuses before DVC runs, dvc_guard.trainer_fault)."""
     published = MODELS_DIR / variant
-    if not os.environ.get("DVC_STAGE") or published.exists():
-        return ""
-    try:
-        recorded = f"path: {published.as_posix()}\n" in Path("dvc.lock").read_text(encoding="utf-8")
-    except OSError:
-        recorded = False
-    if not recorded:
+    stage = os.environ.get("DVC_STAGE")
+    if not stage or published.exists() or published.as_posix() not in dvc_recorded(stage):
         return ""
     return (
         f". DVC removed {published.as_posix()}/ as this stage began: until that training publishes its "
