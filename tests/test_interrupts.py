@@ -148,6 +148,15 @@ def test_sigterm_and_sighup_stop_a_command_with_its_line_and_status(sig, monkeyp
     assert errors == [
         f"interrupted ({sig.name}): `ampbench compare` stopped before it finished; run the same command again"
     ]
+    caplog.clear()  # a stage of a plain `dvc repro` (hostile pass Y: "run the same command again")
+    monkeypatch.setenv("DVC_STAGE", "compare")
+    monkeypatch.delenv("AMPBENCH_RESUME_COMMAND", raising=False)
+    before = signal.signal(sig, signal.SIG_DFL)
+    try:
+        assert cli.main(["compare"]) == 128 + sig
+    finally:
+        signal.signal(sig, before)
+    assert "; run the pipeline command that started this stage again (`dvc repro`, " in caplog.text
 
 
 def test_a_compare_run_stopped_while_it_publishes_ends_killed(tmp_path, monkeypatch):

@@ -240,6 +240,10 @@ def _interrupted(command: str) -> int:
     if command == "variant":  # stopped outside its stages: `mlflow run`'s run (hostile pass K)
         again = again or command_module("variant").stopped_outside_its_stages()
     how = f"the stages that finished are kept. To resume: {again}" if again else "run the same command again"
+    if not again and os.environ.get("DVC_STAGE"):  # hostile pass Y: a plain `dvc repro`, not this command
+        how = (
+            "run the pipeline command that started this stage again (`dvc repro`, `make run`, `dvc exp run`)"
+        )
     if again and command == "estimate":  # make run's estimate, before any stage (hostile pass WARN)
         how = f"nothing ran yet. To run the study: {again}"
     sig = interrupts.signum or signal.SIGINT  # a SIGTERM or SIGHUP stops a command as Ctrl-C does
