@@ -226,6 +226,33 @@ def test_an_inherited_ignore_of_ctrl_c_is_kept_through_a_stage(monkeypatch, caps
     assert dvc_run.main(["repro"]) == 0 and "SIGINT" not in capsys.readouterr().err
 
 
+def _next_stage_starts(argv):
+    import logging
+
+    starting = logging.LogRecord("dvc", logging.INFO, __file__, 1, "Running stage '%s':", ("compare",), None)
+    for handler in logging.getLogger("dvc").handlers:
+        handler.filter(starting)  # what DVC's next stage's first line passes through
+    return 0
+
+
+@pytest.mark.usefixtures("_handlers_kept")
+def test_a_pipeline_is_stopped_by_its_own_stops_alone(monkeypatch, capsys):
+    """CI: the filter of an earlier pipeline in this process, which had noted a stop, stayed on
+    DVC's log handlers and stopped the next pipeline at its next stage ("Stopped by SIGINT")."""
+    import logging
+
+    import dvc.cli
+
+    earlier = dvc_run.Quiet()
+    earlier.signum = signal.SIGINT
+    handlers = logging.getLogger("dvc").handlers
+    for handler in handlers:
+        handler.addFilter(earlier)
+    monkeypatch.setattr(dvc.cli, "main", _next_stage_starts)
+    assert dvc_run.main(["repro"]) == 0 and "SIGINT" not in capsys.readouterr().err
+    assert handlers and not any(earlier in handler.filters for handler in handlers)
+
+
 def test_every_stage_of_a_plain_pipeline_names_the_same_resume_command(monkeypatch):
     """Hostile pass O: SIGTERM mid-evaluate under `python -m ampbench.dvc_run repro` said two resume
     commands, the stage's "run the same command again", then the pipeline's "To resume: dvc repro"."""

@@ -18,6 +18,7 @@ or ``dvc exp run`` typed by hand does not pass through here.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -178,6 +179,16 @@ def main(data_url: str = "") -> int:
 
 if __name__ == "__main__":
     sys.exit(main(*sys.argv[1:2]))
+
+
+def filter_dvc_logs(quiet: logging.Filter) -> None:
+    """``quiet`` filters each line DVC logs, in place of an earlier pipeline's in this process (CI:
+    a stop noted by a test's pipeline stopped the next test's at its next stage)."""
+    for name in ("dvc", "dvc_data", "dvc_objects"):
+        for handler in logging.getLogger(name).handlers:
+            for stale in [f for f in handler.filters if type(f) is type(quiet)]:
+                handler.removeFilter(stale)
+            handler.addFilter(quiet)
 
 
 def note_ctrl_c_in_stages(noted, noted_after) -> None:

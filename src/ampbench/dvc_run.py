@@ -260,9 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         import dvc  # noqa: F401  (sets DVC's log handlers up)
         from dvc.cli import main as dvc_main
 
-        for name in ("dvc", "dvc_data", "dvc_objects"):
-            for handler in logging.getLogger(name).handlers:
-                handler.addFilter(quiet)
+        dvc_guard.filter_dvc_logs(quiet)
         _quiet_ui()
         dvc_guard.note_ctrl_c_in_stages(quiet.noted_sigint, quiet.noted_after_stage)
         for sig in STOPS[1:]:  # SIGINT's is above
