@@ -295,3 +295,17 @@ def test_a_ctrl_c_as_the_stage_exits_is_taken_as_after_it(monkeypatch):
     quiet.noted_sigint(signal.SIGINT, None)  # the stage has ended: none takes it but the pipeline
     ended.wait()
     assert quiet.signum == signal.SIGINT and quiet.after_stage
+
+
+@pytest.mark.usefixtures("_handlers_kept")
+def test_help_is_shown_where_the_pipeline_would_be_refused(monkeypatch):
+    """Hostile pass B7: `python -m ampbench.dvc_run --help` while a variant trained outside the
+    pipeline said "single-autocast is being trained by pid N" instead of the help."""
+    import dvc.cli
+
+    monkeypatch.setattr(dvc_run.dvc_guard, "main", lambda: 1)  # a refusal, whichever
+    monkeypatch.setattr(dvc.cli, "main", lambda argv: 0)
+    monkeypatch.setenv(dvc_run.RESUME_ENV, "")
+    monkeypatch.delenv(dvc_run.RESUME_ENV)
+    assert dvc_run.main(["repro"]) == 1
+    assert dvc_run.main(["repro", "--help"]) == 0 and dvc_run.main(["-h"]) == 0

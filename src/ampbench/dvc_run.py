@@ -240,7 +240,7 @@ def _stop_when_make_is_gone() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if refused := dvc_guard.main():
+    if not {"-h", "--help"} & set(argv) and (refused := dvc_guard.main()):  # pass B7: help, busy or not
         return refused
     os.environ.setdefault(RESUME_ENV, resume_command(argv))  # each stage's stop names it (pass O: not two)
     # DVC ends each command by forking a daemon that sends a usage report: a fork that a Ctrl-C

@@ -61,12 +61,22 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
+READ_ONLY = os.strerror(errno.EROFS)  # `unwritable`'s reason on a read-only mount
+
+
+def remount(path: Path) -> str:
+    """The fix for a read-only mount, which no chmod, chown or rm changes (hostile pass B7)."""
+    return f"mount its filesystem writable (`findmnt -T {path}` names the mount)"
+
+
 def cannot_hold(folder: Path, holds: str, reason: str) -> str:
     """The one line for a folder a stage must write into that `unwritable` refused."""
-    return (
-        f"{folder}/ cannot hold the {holds} ({reason}): make it a folder this user can write to "
-        "(or remove what is in its place), then re-run"
+    fix = (
+        remount(folder)
+        if reason == READ_ONLY
+        else "make it a folder this user can write to (or remove what is in its place)"
     )
+    return f"{folder}/ cannot hold the {holds} ({reason}): {fix}, then re-run"
 
 
 def unreplaceable(folder: Path) -> tuple[Path, str] | None:

@@ -169,3 +169,23 @@ CARRIED = _flagged("carried")
 # Mean and std over seeds on the variant's run and in the comparison (each where every seed has it).
 SUMMARISED = (*SCORES, *_flagged("summarised"))
 TIME_PARTS = _flagged("part")  # a seed's seconds by part; the stage sums them (time/seeds_<part>)
+
+
+def unusable(record: object) -> str:
+    """Why an evaluate metrics file's content cannot be summarised ('' if it can): a list of seeds,
+    each a dict whose accuracy and speed are numbers, as every other summarised figure it holds
+    (hostile pass B7: a seed without test_accuracy was a traceback in compare, and findings took
+    the other seed's figure for the mean, exit 0)."""
+    seeds = record.get("seeds") if isinstance(record, dict) else None
+    if not isinstance(seeds, list) or not seeds:
+        return "no list of seeds"
+    for i, seed in enumerate(seeds):
+        if not isinstance(seed, dict):
+            return f"seed entry {i} is {seed!r}, not a record"
+        for key in ("test_accuracy", "images_per_second", *SUMMARISED):
+            value = seed.get(key)
+            if value is None and key in ("test_accuracy", "images_per_second"):
+                return f"seed entry {i} has no {key}"
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                return f"seed entry {i}'s {key} is {value!r}, not a number"
+    return ""

@@ -113,3 +113,22 @@ def test_a_publish_onto_a_full_filesystem_says_no_space_and_keeps_the_models(tmp
         assert f"the models wait in {done}/" in text and "chown" not in text and "\n" not in text
         assert os.listdir(models) == []  # no staging folder left
     assert (done / "seed-0" / "model.pt").stat().st_size == 2 * 2**20
+
+
+def test_a_read_only_mount_is_fixed_by_mounting_it_writable_not_by_rm(tmp_path, monkeypatch):
+    """Hostile pass B7: a read-only bind mount of models/single-autocast was told "make it writable by
+    this user or remove it (`sudo rm -r ...`)", which a read-only filesystem refuses too."""
+    from ampbench import paths
+
+    out = tmp_path / "models" / "single-autocast"
+    (out / "seed-0").mkdir(parents=True)
+    monkeypatch.setattr(work, "unreplaceable", lambda folder: (folder, paths.READ_ONLY))
+    with pytest.raises(files.CheckpointError) as err:
+        work.check_replaceable(out)
+    said = str(err.value)
+    assert f"({paths.READ_ONLY}): mount its filesystem writable (`findmnt -T {out}` names the mount)" in said
+    assert "rm -r" not in said and "chown" not in said
+    line = paths.cannot_hold(tmp_path / "models", "trained models", paths.READ_ONLY)
+    assert line.endswith(
+        f"mount its filesystem writable (`findmnt -T {tmp_path / 'models'}` names the mount), then re-run"
+    )

@@ -3,6 +3,7 @@ re-run: reports/metrics as a file read as "reports/metrics/single-fp32.json miss
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,38 @@ def test_an_empty_or_cut_metrics_file_is_named_with_the_fix(tmp_path: Path, text
     said = str(err.value)
     assert said.startswith(f"{tmp_path / 'metrics' / 'dp-fp32.json'} is not a metrics file ("), said
     assert said.endswith("write it again with `ampbench evaluate --variants dp-fp32` (or `dvc repro`)"), said
+
+
+SEED = {"seed": 0, "test_accuracy": 0.5, "images_per_second": 100.0, "diverged": False, "devices_used": 1}
+
+
+@pytest.mark.parametrize(
+    ("seeds", "why"),
+    [
+        (
+            [SEED, {k: v for k, v in SEED.items() if k != "test_accuracy"}],
+            "seed entry 1 has no test_accuracy",
+        ),
+        ([1, 2], "seed entry 0 is 1, not a record"),
+        ([SEED, {**SEED, "test_accuracy": "high"}], "seed entry 1's test_accuracy is 'high', not a number"),
+        ([], "no list of seeds"),
+    ],
+)
+def test_a_metrics_file_with_a_damaged_seed_is_refused_by_compare_and_findings(tmp_path: Path, seeds, why):
+    """Hostile pass B7: a seed without test_accuracy (or seeds [1, 2]) was a 29-line traceback in
+    compare, and findings took the other seed's accuracy for the mean, exit 0."""
+    from ampbench.report import findings_report
+
+    (tmp_path / "metrics").mkdir()
+    for variant in ("single-fp32", "single-autocast", "single-autocast_gradscaler"):
+        record = {"variant": variant, "seeds": seeds if variant == "single-autocast" else [SEED, SEED]}
+        (tmp_path / "metrics" / f"{variant}.json").write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        compare(tmp_path / "metrics", ["single-fp32", "single-autocast"], tmp_path / "out")
+    assert (
+        f"single-autocast.json is not a metrics file ({why}): write it again with `ampbench evaluate"
+        in str(err.value)
+    )
+    with pytest.raises(findings_report.FindingsError) as err:
+        findings_report.load_study(tmp_path, "the project's study", "`make run`")
+    assert str(err.value).endswith(f"not a metrics file ({why}); re-run its evaluate stage: `make run`")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +52,9 @@ def test_nothing_is_ended_while_another_mlflow_run_may_be_starting(store, tmp_pa
     script.parent.mkdir()
     script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
     other = subprocess.Popen([sys.executable, str(script), "run", "."])
+    cmdline = Path(f"/proc/{other.pid}/cmdline")
+    while str(script).encode() not in cmdline.read_bytes():  # forked, not yet exec'd: pytest's own
+        time.sleep(0.01)
     try:
         launcher.end_abandoned(client, own, uri)
         launcher.end_abandoned(client, own, "http://127.0.0.1:9")  # runs of other hosts: not seen here

@@ -29,7 +29,7 @@ from pathlib import Path
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
 from ampbench.config.strict import shown
-from ampbench.paths import cannot_hold, temp_workspace_root, unreplaceable, unwritable
+from ampbench.paths import READ_ONLY, cannot_hold, remount, temp_workspace_root, unreplaceable, unwritable
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,8 @@ def check_replaceable(out: Path) -> None:
         fix = f"give it back (`sudo chown -R $USER {out}`)" if owner else "make it writable by this user"
         if "chattr" not in reason:  # an immutable folder cannot be removed either (hostile pass D)
             fix += f" or remove it (`sudo rm -r {out}`)"
+        if reason == READ_ONLY:
+            fix = remount(where)
         raise files.CheckpointError(
             f"{out} cannot be replaced by this stage's models: {where}{owner} ({reason}): {fix}, {rerun}"
         )

@@ -24,7 +24,7 @@ from pathlib import Path
 from ampbench.paths import missing
 from ampbench.report import selfcheck, stats
 from ampbench.report.chart import chart, energy_measured
-from ampbench.seed_result import SUMMARISED
+from ampbench.seed_result import SUMMARISED, unusable
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,11 @@ def summarize(records: dict[str, dict]) -> list[dict]:
     rows = []
     for variant, rec in records.items():
         seeds = rec["seeds"]
-        row = {"variant": variant, "seeds": len(seeds), "diverged": sum(bool(s["diverged"]) for s in seeds)}
+        row = {
+            "variant": variant,
+            "seeds": len(seeds),
+            "diverged": sum(bool(s.get("diverged")) for s in seeds),
+        }
         for key in SUMMARISED:
             values = [s.get(key) for s in seeds]  # energy: None on a seed without NVML's counter
             measured = [] if None in values else [float(v) for v in values]
@@ -89,7 +93,7 @@ def summarize(records: dict[str, dict]) -> list[dict]:
         )
         row["speedup"] = row["images_per_second_mean"] / base_ips if base_ips else math.nan
         row["speedup_vs_tf32"] = row["images_per_second_mean"] / tf32_ips if tf32_ips else math.nan
-        row["devices_used"] = ",".join(sorted({str(s["devices_used"]) for s in seeds}))
+        row["devices_used"] = ",".join(sorted({str(s.get("devices_used", "?")) for s in seeds}))
         row["device_name"] = seeds[0].get("device_name", "")
         row["amp_dtype"] = seeds[0].get("amp_dtype", "")
         row["noisy"] = selfcheck.of_seeds(seeds)  # '' when steady
@@ -174,9 +178,9 @@ def read_record(path: Path, variant: str) -> dict:
     except (ValueError, UnicodeDecodeError) as err:
         why = f"not a metrics file ({err})"
     else:
-        if isinstance(record, dict) and isinstance(record.get("seeds"), list):
+        if not (fault := unusable(record)):
             return record
-        why = "not a metrics file (no list of seeds)"
+        why = f"not a metrics file ({fault})"
     raise ValueError(
         f"{path} is {why}: write it again with `ampbench evaluate --variants {variant}` (or `dvc repro`)"
     )

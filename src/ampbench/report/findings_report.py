@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ampbench.report import claims, ladder, mixed, savings, speed_claims
 from ampbench.report.sentences import ENGLISH, Words
+from ampbench.seed_result import unusable
 
 VERDICTS = claims.VERDICTS
 SINGLE = ("single-fp32", "single-autocast", "single-autocast_gradscaler")
@@ -39,6 +40,8 @@ def load_study(folder: Path, label: str, how: str) -> dict[str, dict]:
             raise FindingsError(
                 f"{path}: not readable as JSON ({err}); re-run its evaluate stage: {how}"
             ) from None
+        if fault := unusable(found[path.stem]):
+            raise FindingsError(f"{path}: not a metrics file ({fault}); re-run its evaluate stage: {how}")
     missing = [v for v in SINGLE if v not in found]
     if missing:
         names = ", ".join(f"{metrics}/{v}.json" for v in missing)
