@@ -17,7 +17,7 @@ import signal
 from ampbench.cli import all_overrides
 from ampbench.cli_options import add_variant_choice
 from ampbench.config import Config, ConfigError
-from ampbench.paths import DATA_FILE, MODELS_DIR, work_root
+from ampbench.paths import DATA_FILE, MODELS_DIR, dvc_recorded, work_root
 from ampbench.stages import train_lock
 from ampbench.stages.download import check_prepared
 from ampbench.stages.starting import StartingLine
@@ -110,6 +110,7 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             log.error("%s", line)
             return 1
         _said(results)
+        _say_the_pipeline_replaces(variant_name(args.parallel, args.precision))
         stop.close(completed=True)
         return 0
 
@@ -138,6 +139,20 @@ def _where(stopped: BaseException, work) -> str:
         kept = f"the checkpoint in {work}/ is kept"
         return f"stopped before its first training step (nothing trained since its last checkpoint); {kept}"
     return f"{said} in {work}/"
+
+
+def _say_the_pipeline_replaces(variant: str) -> None:
+    """Trained outside the pipeline over models dvc.lock records (hostile pass A7: the next `dvc
+    repro` put DVC's cached models back, and this run's model reference then pointed at them)."""
+    published = (MODELS_DIR / variant).as_posix()
+    outside = not os.environ.get("DVC_STAGE") and os.environ.get("AMPBENCH_SCOPE") != "variant"
+    if outside and os.environ.get("RANK", "0") == "0" and published in dvc_recorded(f"train@{variant}"):
+        log.warning(
+            "%s/ is also the pipeline's output: the next `dvc repro` (or `make run`) puts back the models "
+            "dvc.lock records; `dvc commit -f train@%s` makes these the pipeline's instead",
+            published,
+            variant,
+        )
 
 
 def _said(results) -> None:
