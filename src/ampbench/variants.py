@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from ampbench.paths import missing
+
 PARALLELS = ("single", "dp", "ddp")
 PRECISIONS = ("fp32", "tf32", "autocast", "autocast_gradscaler", "autocast_bf16")
 AXES = {"parallel": PARALLELS, "precision": PRECISIONS}  # params.yaml `variants:` (DVC's matrix)
@@ -48,3 +50,17 @@ def study_variants(params_file: str | Path = "params.yaml", overrides: Iterable[
     return [
         variant_name(p, q) for p in axes.get("parallel", PARALLELS) for q in axes.get("precision", PRECISIONS)
     ]
+
+
+def train_first(path: Path, variant: str, given: Iterable[str] = ()) -> FileNotFoundError:
+    """``path``, a model file that is not there, and the training that makes it: with the settings
+    given to this command (``given``, its --params and --set words: hostile pass D8, without them it
+    trained other seeds), and its DVC stage where params.yaml's matrix makes one and nothing is
+    given (hostile pass T)."""
+    import shlex
+
+    parallel, precision = split_name(variant)
+    given = list(given)
+    command = shlex.join(["ampbench", "train", "--parallel", parallel, "--precision", precision, *given])
+    stage = f", or `dvc repro train@{variant}`" if variant in study_variants() and not given else ""
+    return FileNotFoundError(f"{path} {missing(path)}: train {variant} first (`{command}`{stage})")

@@ -132,3 +132,20 @@ def test_a_read_only_mount_is_fixed_by_mounting_it_writable_not_by_rm(tmp_path, 
     assert line.endswith(
         f"mount its filesystem writable (`findmnt -T {tmp_path / 'models'}` names the mount), then re-run"
     )
+
+
+def test_a_mount_point_in_the_models_place_is_refused_before_training(tmp_path, monkeypatch):
+    """Hostile pass C8: models/single-autocast bind-mounted: "mount its filesystem writable", then,
+    remounted writable, the whole training, then "could not publish ... (Device or resource busy)":
+    no rename replaces a mount point, and neither chown nor rm -r removes it."""
+    out = tmp_path / "models" / "single-autocast"
+    (out / "seed-0").mkdir(parents=True)
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out)
+    with pytest.raises(files.CheckpointError) as err:
+        work.check_replaceable(out)
+    assert str(err.value) == (
+        f"{out} is a mount point, which this stage cannot replace (it renames the new models into its "
+        f"place): unmount it (`umount {out}`), or mount {out.parent}/ instead, then re-run "
+        "(nothing was trained)"
+    )
+    work.check_replaceable(out.parent / "single-fp32")  # not there: nothing to replace

@@ -49,3 +49,20 @@ def test_a_missing_model_outside_the_matrix_names_no_stage_that_is_not_there(tmp
     with pytest.raises(FileNotFoundError) as err:
         evaluate.check_models(["single-tf32"], (0,), tmp_path / "models")
     assert str(err.value).endswith("(`ampbench train --parallel single --precision tf32`)"), err.value
+
+
+def test_a_missing_model_names_the_training_with_the_settings_given(tmp_path):
+    """Hostile pass D8: `ampbench evaluate --set train.seeds=[5]` said to run `ampbench train --parallel
+    single --precision fp32`, which trained params.yaml's seeds (45 s), then the same error again."""
+    import argparse
+
+    from ampbench.stages import evaluate, evaluate_main
+
+    args = argparse.Namespace(params="other.yaml", overrides=["train.seeds=[5]"])
+    with pytest.raises(FileNotFoundError) as err:
+        evaluate.check_models(["single-fp32"], (5,), tmp_path / "models", evaluate_main._given(args))
+    assert str(err.value).endswith(
+        "missing: train single-fp32 first (`ampbench train --parallel single --precision fp32 --params "
+        "other.yaml --set 'train.seeds=[5]'`)"  # no DVC stage: it trains params.yaml's settings
+    ), err.value
+    assert evaluate_main._given(argparse.Namespace(params="params.yaml", overrides=None)) == []

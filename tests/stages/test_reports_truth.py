@@ -428,8 +428,8 @@ def test_models_trained_before_params_yaml_changed_are_said_to_be(tmp_path):
     now = {**trained, "train.lr": 0.3, "train.seeds": (0, 1, 2)}  # a tuple, as the config holds it
     said = mixed.since_trained(records, "after", now)
     assert said == (
-        "params.yaml has changed since these models were trained (train.lr: 0.2 -> 0.3): the reports "
-        "are of the models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
+        "these models were trained with other settings than params.yaml's (train.lr: 0.2 -> 0.3): the "
+        "reports are of the models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
     ), said
     assert mixed.since_trained(records, "before", now) == ""  # the digest the models carry: nothing to say
     # hostile pass P: `evaluate --set train.lr=0.3` was told that params.yaml had changed
@@ -491,3 +491,26 @@ def test_a_queued_experiments_answer_names_no_path_in_dvcs_temporary_copy(tmp_pa
         "answer stays with it (dvc exp show): `dvc exp apply qc`, then `dvc repro`, writes them in the "
         "workspace"
     )
+
+
+def test_variants_outside_the_matrix_are_named_with_the_training_that_fixes_them():
+    """Hostile pass D8: single-tf32 trained with 3 epochs beside 2-epoch variants: evaluate's
+    refusal said `dvc repro` "re-trains the variants trained otherwise", and single-tf32, in no stage
+    of params.yaml's matrix, stayed as it was (the same refusal after two `dvc repro`)."""
+    from ampbench.variants import study_variants
+
+    assert "single-tf32" not in study_variants() and "single-fp32" in study_variants()  # the shipped matrix
+    records = {
+        v: {"seeds": [{"seed": 0, "train.epochs": e}]} for v, e in (("single-fp32", 2), ("single-tf32", 3))
+    }
+    with pytest.raises(mixed.MixedSettingsError) as err:
+        mixed.check(records, allow_mixed=False)
+    by_hand = (
+        " (single-tf32: in no stage of params.yaml's `variants`, so by hand: `ampbench train --parallel "
+        "single --precision tf32`)"
+    )
+    assert f"re-trains the variants trained otherwise){by_hand}, or compare them anyway" in str(err.value)
+    records["single-tf32"]["seeds"][0].update(config_digest="before", settings={"train.epochs": 3})
+    said = mixed.since_trained({"single-tf32": records["single-tf32"]}, "after", {"train.epochs": 2})
+    assert said.endswith(f"trains them again with params.yaml{by_hand}"), said
+    assert mixed.by_hand({"single-fp32": {}}) == ""

@@ -165,15 +165,18 @@ def check_replaceable(out: Path) -> None:
             f"{out} is {what}, not a folder, and this stage publishes its models there: remove it "
             f"(`rm {out}`), {rerun}"
         )
-    found = unreplaceable(out)
-    if found:
+    if os.path.ismount(out):  # hostile pass C8: no chown, remount or rm lets a rename replace it
+        raise files.CheckpointError(
+            f"{out} is a mount point, which this stage cannot replace (it renames the new models into its "
+            f"place): unmount it (`umount {out}`), or mount {out.parent}/ instead, {rerun}"
+        )
+    if found := unreplaceable(out):
         where, reason = found
         owner = _owner(where)
         fix = f"give it back (`sudo chown -R $USER {out}`)" if owner else "make it writable by this user"
         if "chattr" not in reason:  # an immutable folder cannot be removed either (hostile pass D)
             fix += f" or remove it (`sudo rm -r {out}`)"
-        if reason == READ_ONLY:
-            fix = remount(where)
+        fix = remount(where) if reason == READ_ONLY else fix
         raise files.CheckpointError(
             f"{out} cannot be replaced by this stage's models: {where}{owner} ({reason}): {fix}, {rerun}"
         )

@@ -55,6 +55,7 @@ def load_study(folder: Path, label: str, how: str) -> dict[str, dict]:
             f"{label}: {metrics}/ holds variants trained with different settings ({'; '.join(differ)}), "
             "so its claims would weigh two studies against each other; set params.yaml to the settings "
             f"the study should have and run {how} again (it re-trains the variants trained otherwise)"
+            + mixed.by_hand(found)
         )
     return found
 

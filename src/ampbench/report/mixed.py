@@ -63,9 +63,9 @@ def check(records: dict[str, dict], allow_mixed: bool) -> str:
         raise MixedSettingsError(
             f"the variants were trained with different settings ({said}), so their comparison would "
             "mix two studies; set params.yaml to the settings the study should have and run the "
-            "pipeline again (`make run` or `dvc repro`: it re-trains the variants trained otherwise), "
-            "or compare them anyway, the reports labelled as mixed: `ampbench evaluate --allow-mixed`, "
-            "then `ampbench compare --allow-mixed`"
+            f"pipeline again (`make run` or `dvc repro`: it re-trains the variants trained otherwise)"
+            f"{by_hand(records)}, or compare them anyway, the reports labelled as mixed: `ampbench "
+            "evaluate --allow-mixed`, then `ampbench compare --allow-mixed`"
         )
     return f"> **MIXED SETTINGS (--allow-mixed): not one study.** The variants were trained with: {said}."
 
@@ -90,10 +90,27 @@ def since_trained(records: dict[str, dict], digest: str, settings: dict, overrid
             f"the settings given (--set) differ from those these models were trained with ({what}): the "
             "reports are of the models as trained"
         )
+    # not "params.yaml has changed": a model trained with --set is as likely (hostile pass D8)
     return (
-        f"params.yaml has changed since these models were trained ({what}): the reports are of the "
-        "models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
+        f"these models were trained with other settings than params.yaml's ({what}): the reports are of "
+        "the models as trained; `make run` (or `dvc repro`) trains them again with params.yaml"
+        + by_hand(records)
     )
+
+
+def by_hand(records: dict[str, dict]) -> str:
+    """'' where the pipeline trains every variant of ``records``; else what trains the others
+    (hostile pass D8: "`dvc repro` re-trains the variants trained otherwise", and single-tf32,
+    in no stage of params.yaml's matrix, stayed as it was)."""
+    from ampbench.variants import split_name, study_variants
+
+    outside = [variant for variant in records if variant not in study_variants()]
+    if not outside:
+        return ""
+    commands = ", ".join(
+        "`ampbench train --parallel {} --precision {}`".format(*split_name(variant)) for variant in outside
+    )
+    return f" ({', '.join(outside)}: in no stage of params.yaml's `variants`, so by hand: {commands})"
 
 
 def _plain(values: dict) -> dict:

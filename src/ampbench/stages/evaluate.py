@@ -24,14 +24,13 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 
 from ampbench.checkpoints.state import ModelFile
 from ampbench.config import Config, ModelConfig
-from ampbench.paths import missing
 from ampbench.report import mixed
 from ampbench.timing import StageClock
 from ampbench.tracking import evaluate_runs, store, trash
 from ampbench.tracking.metric_names import class_keys
 from ampbench.training import factory, precision
 from ampbench.training.measure import predict
-from ampbench.variants import study_variants
+from ampbench.variants import train_first
 
 FOLDERS = ("metrics", "plots/curves", "plots/confusion")  # under reports/: what `_write` fills
 
@@ -147,7 +146,7 @@ def evaluate_variant(
     for seed in seeds:
         path = models_dir / variant / f"seed-{seed}" / "model.pt"
         if not path.exists():
-            raise _missing_model(path, variant)
+            raise train_first(path, variant)
         model, saved = load_model(path, precision_name, device)
         _check_model_file(saved, variant, seed, path, tracker)
         check_classes(saved, classes, path)
@@ -217,23 +216,15 @@ def settings_of(variants: list[str], seeds, models_dir: Path) -> dict[str, dict]
     return records
 
 
-def check_models(variants: list[str], seeds, models_dir: Path) -> None:
+def check_models(variants: list[str], seeds, models_dir: Path, given=()) -> None:
     """Every model file is there, before any variant is evaluated (hostile pass: three variants
-    evaluated, then the fourth's missing model, with a command that trains another variant)."""
+    evaluated, then the fourth's missing model, with a command that trains another variant);
+    ``given``: the --params/--set words the training needs too."""
     for variant in variants:
         for seed in seeds:
             path = models_dir / variant / f"seed-{seed}" / "model.pt"
             if not path.exists():
-                raise _missing_model(path, variant)
-
-
-def _missing_model(path: Path, variant: str) -> FileNotFoundError:
-    parallel, _, precision = variant.partition("-")
-    stage = f", or `dvc repro train@{variant}`" if variant in study_variants() else ""  # pass T: one there
-    return FileNotFoundError(
-        f"{path} {missing(path)}: train {variant} first (`ampbench train --parallel {parallel} "
-        f"--precision {precision}`{stage})"
-    )
+                raise train_first(path, variant, given)
 
 
 def _check_model_file(saved: ModelFile, variant: str, seed: int, path: Path, tracker) -> None:

@@ -79,7 +79,7 @@ def _evaluate(cfg: Config, args) -> int:
     mixed.check(trained, args.allow_mixed)
     tracker = Tracker.from_config(cfg)
     tracker.preflight()
-    evaluate.check_models(variants, cfg.train.seeds, MODELS_DIR)
+    evaluate.check_models(variants, cfg.train.seeds, MODELS_DIR, _given(args))
     if changed := mixed.since_trained(trained, cfg.digest(), cfg.digested(), getattr(args, "overrides", ())):
         log.warning("%s", changed)
     data_ref = {"digest": prepared.file_digest(DATA_FILE), "source": cfg.data.url}
@@ -111,3 +111,10 @@ def _accuracy_said(summary: dict) -> str:
     if seeds == 1:
         return f"{summary['test_accuracy']:.4f} (one seed: no spread)"
     return f"{summary['test_accuracy']:.4f} ± {summary['test_accuracy_std']:.4f} over {seeds} seeds"
+
+
+def _given(args) -> list[str]:
+    """The --params and --set words of this command, which the training of a missing model needs
+    too (hostile pass D8: `--set train.seeds=[5]` named a training of params.yaml's seeds)."""
+    given = ["--params", args.params] if args.params != "params.yaml" else []
+    return given + [word for item in getattr(args, "overrides", ()) or () for word in ("--set", item)]

@@ -110,7 +110,8 @@ def _train_here(cfg: Config, args, argv: list[str], work) -> int:
             log.error("%s", line)
             return 1
         _said(results)
-        _say_the_pipeline_replaces(variant_name(args.parallel, args.precision))
+        plain = args.params == "params.yaml" and not all_overrides(args)
+        _say_the_pipeline_replaces(variant_name(args.parallel, args.precision), plain)
         stop.close(completed=True)
         return 0
 
@@ -141,17 +142,23 @@ def _where(stopped: BaseException, work) -> str:
     return f"{said} in {work}/"
 
 
-def _say_the_pipeline_replaces(variant: str) -> None:
+def _say_the_pipeline_replaces(variant: str, plain: bool) -> None:
     """Trained outside the pipeline over models dvc.lock records (hostile pass A7: the next `dvc
-    repro` put DVC's cached models back, and this run's model reference then pointed at them)."""
+    repro` put DVC's cached models back, and this run's model reference then pointed at them; pass
+    C8: with params.yaml changed since, it deleted them and trained again). ``plain``: trained with
+    params.yaml's settings alone, which `dvc commit` may record as the stage's."""
     published = (MODELS_DIR / variant).as_posix()
     outside = not os.environ.get("DVC_STAGE") and os.environ.get("AMPBENCH_SCOPE") != "variant"
     if outside and os.environ.get("RANK", "0") == "0" and published in dvc_recorded(f"train@{variant}"):
+        keep = f"`dvc commit -f train@{variant}` makes these the pipeline's instead"
         log.warning(
-            "%s/ is also the pipeline's output: the next `dvc repro` (or `make run`) puts back the models "
-            "dvc.lock records; `dvc commit -f train@%s` makes these the pipeline's instead",
+            "%s/ is also the pipeline's output: the next `dvc repro` (or `make run`) replaces these models, "
+            "with those dvc.lock records or, where params.yaml or the code changed since, by training "
+            "again; %s",
             published,
-            variant,
+            keep
+            if plain
+            else "trained with settings given here, not params.yaml's: copy them elsewhere to keep them",
         )
 
 
