@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 DATA_FILE = Path("data/prepared/cifar10.pt")
@@ -135,3 +136,37 @@ def dvc_recorded(stage: str = "", lock: Path = Path("dvc.lock")) -> set[str]:
         return {str(out["path"]).rstrip("/") for entry in named for out in entry.get("outs") or []}
     except (OSError, yaml.YAMLError, AttributeError, TypeError, KeyError):
         return set()
+
+
+def owned_by(path: Path) -> str:
+    """' belongs to <user>' for a path another user owns (a `sudo` run's), else ''."""
+    import pwd
+
+    try:
+        uid = path.stat().st_uid
+    except OSError:
+        return ""
+    if uid == os.geteuid():
+        return ""
+    try:
+        return f" belongs to {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f" belongs to uid {uid}"
+
+
+MOUNTINFO = Path("/proc/self/mountinfo")  # the kernel's table of this process's mounts
+
+
+def mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point: a bind mount of a folder of the same filesystem too, which
+    ``os.path.ismount`` (device numbers) misses (hostile pass E9). Mount points are the table's 5th
+    field, with space, tab, newline and backslash written as octal escapes."""
+    if os.path.ismount(path):
+        return True
+    real = os.path.realpath(path)
+    try:
+        table = MOUNTINFO.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    except OSError:
+        return False
+    points = (line.split()[4] for line in table if len(line.split()) > 4)
+    return any(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point) == real for point in points)

@@ -16,6 +16,7 @@ strategy's or precision's facts) are kept in ``extra`` and logged as params.
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Self
 
@@ -188,4 +189,7 @@ def unusable(record: object) -> str:
                 return f"seed entry {i} has no {key}"
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 return f"seed entry {i}'s {key} is {value!r}, not a number"
+            top = 1 if key in SCORES else math.inf  # a fraction; else a count, time or energy
+            if value is not None and not 0 <= value <= top:  # NaN too (pass F9: an accuracy of -3.0)
+                return f"seed entry {i}'s {key} is {value!r}, not in [0, {top:g}]"
     return ""

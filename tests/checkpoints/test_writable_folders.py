@@ -138,9 +138,16 @@ def test_a_mount_point_in_the_models_place_is_refused_before_training(tmp_path, 
     """Hostile pass C8: models/single-autocast bind-mounted: "mount its filesystem writable", then,
     remounted writable, the whole training, then "could not publish ... (Device or resource busy)":
     no rename replaces a mount point, and neither chown nor rm -r removes it."""
-    out = tmp_path / "models" / "single-autocast"
+    from ampbench import paths
+
+    out = tmp_path / "models" / "single autocast"  # a space: the table writes it \\040
     (out / "seed-0").mkdir(parents=True)
-    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out)
+    # pass E9: a bind mount of a folder of the same filesystem, which os.path.ismount misses
+    table = tmp_path / "mountinfo"
+    point = os.path.realpath(out).replace(" ", "\\040")
+    table.write_text(f"36 35 98:0 /bm {point} rw,noatime master:1 - ext4 /dev/vda rw\n", encoding="utf-8")
+    monkeypatch.setattr(paths, "MOUNTINFO", table)
+    assert not os.path.ismount(out) and paths.mount_point(out)
     with pytest.raises(files.CheckpointError) as err:
         work.check_replaceable(out)
     assert str(err.value) == (
@@ -149,3 +156,20 @@ def test_a_mount_point_in_the_models_place_is_refused_before_training(tmp_path, 
         "(nothing was trained)"
     )
     work.check_replaceable(out.parent / "single-fp32")  # not there: nothing to replace
+
+
+def test_a_publish_keeps_the_models_of_seeds_it_did_not_train(tmp_path):
+    """Hostile pass F9: `ampbench train ... --set 'train.seeds=[5]'` (the fix evaluate named for a
+    missing seed 5) published seed-5 alone: the finished seed-0 and seed-1 models were gone."""
+    done = tmp_path / "checkpoints" / "v"
+    for seed in (1, 5):
+        (done / f"seed-{seed}").mkdir(parents=True)
+        (done / f"seed-{seed}" / "model.pt").write_bytes(b"new %d" % seed)
+    out = tmp_path / "models" / "v"
+    for seed in (0, 1):
+        (out / f"seed-{seed}").mkdir(parents=True)
+        (out / f"seed-{seed}" / "model.pt").write_bytes(b"old %d" % seed)
+    work.publish(done, out, [1, 5])
+    found = {p.parent.name: p.read_bytes() for p in out.glob("seed-*/model.pt")}
+    assert found == {"seed-0": b"old 0", "seed-1": b"new 1", "seed-5": b"new 5"}
+    assert not done.exists() and sorted(p.name for p in out.parent.iterdir()) == ["v"]

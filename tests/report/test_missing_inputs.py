@@ -51,6 +51,11 @@ SEED = {"seed": 0, "test_accuracy": 0.5, "images_per_second": 100.0, "diverged":
         ([1, 2], "seed entry 0 is 1, not a record"),
         ([SEED, {**SEED, "test_accuracy": "high"}], "seed entry 1's test_accuracy is 'high', not a number"),
         ([], "no list of seeds"),
+        ([SEED, {**SEED, "test_accuracy": -3.0}], "seed entry 1's test_accuracy is -3.0, not in [0, 1]"),
+        (
+            [{**SEED, "images_per_second": float("nan")}],
+            "seed entry 0's images_per_second is nan, not in [0, inf]",
+        ),
     ],
 )
 def test_a_metrics_file_with_a_damaged_seed_is_refused_by_compare_and_findings(tmp_path: Path, seeds, why):

@@ -29,7 +29,16 @@ from pathlib import Path
 from ampbench.checkpoints import files
 from ampbench.checkpoints.state import ModelFile, SeedCheckpoint
 from ampbench.config.strict import shown
-from ampbench.paths import READ_ONLY, cannot_hold, remount, temp_workspace_root, unreplaceable, unwritable
+from ampbench.paths import (
+    READ_ONLY,
+    cannot_hold,
+    mount_point,
+    owned_by,
+    remount,
+    temp_workspace_root,
+    unreplaceable,
+    unwritable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +174,14 @@ def check_replaceable(out: Path) -> None:
             f"{out} is {what}, not a folder, and this stage publishes its models there: remove it "
             f"(`rm {out}`), {rerun}"
         )
-    if os.path.ismount(out):  # hostile pass C8: no chown, remount or rm lets a rename replace it
+    if mount_point(out):  # hostile pass C8: no chown, remount or rm lets a rename replace it
         raise files.CheckpointError(
             f"{out} is a mount point, which this stage cannot replace (it renames the new models into its "
             f"place): unmount it (`umount {out}`), or mount {out.parent}/ instead, {rerun}"
         )
     if found := unreplaceable(out):
         where, reason = found
-        owner = _owner(where)
+        owner = owned_by(where)
         fix = f"give it back (`sudo chown -R $USER {out}`)" if owner else "make it writable by this user"
         if "chattr" not in reason:  # an immutable folder cannot be removed either (hostile pass D)
             fix += f" or remove it (`sudo rm -r {out}`)"
@@ -182,24 +191,9 @@ def check_replaceable(out: Path) -> None:
         )
 
 
-def _owner(path: Path) -> str:
-    """' belongs to <user>' for a path another user owns (a `sudo` run's), else ''."""
-    import pwd
-
-    try:
-        uid = path.stat().st_uid
-    except OSError:
-        return ""
-    if uid == os.geteuid():
-        return ""
-    try:
-        return f" belongs to {pwd.getpwuid(uid).pw_name}"
-    except KeyError:
-        return f" belongs to uid {uid}"
-
-
 def publish(work: Path, out: Path, seeds) -> None:
-    """Every seed is done: hard-link the models into the DVC output, then drop the work folder.
+    """Every seed is done: hard-link the models into the DVC output (beside the models there of
+    other seeds), then drop the work folder.
     A failure (``models/`` changed after ``check_writable``) is one line; the staging folder goes,
     the work folder stays: the same command publishes its models without training them again."""
     staging = out.with_name(f".{out.name}.publishing")
@@ -212,6 +206,9 @@ def publish(work: Path, out: Path, seeds) -> None:
                 os.link(work / f"seed-{seed}" / "model.pt", target)  # no second copy of the weights
             except OSError:  # a filesystem without hard links
                 shutil.copy2(work / f"seed-{seed}" / "model.pt", target)
+        for other in sorted(out.glob("seed-*")):  # seeds not trained now stay (hostile pass F9: gone)
+            if not (staging / other.name).exists():  # linked, not moved: a failure leaves them there
+                shutil.copytree(other, staging / other.name, copy_function=os.link)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(staging, out)
     except OSError as err:
