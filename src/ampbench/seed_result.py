@@ -180,9 +180,16 @@ def unusable(record: object) -> str:
     seeds = record.get("seeds") if isinstance(record, dict) else None
     if not isinstance(seeds, list) or not seeds:
         return "no list of seeds"
+    numbers: set[int] = set()
     for i, seed in enumerate(seeds):
         if not isinstance(seed, dict):
             return f"seed entry {i} is {seed!r}, not a record"
+        number = seed.get("seed")  # pass H10: "zero", 1.5 or a repeated 0 counted as seeds of their own
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0 or number in numbers:
+            return f"seed entry {i}'s seed is {number!r}: " + (
+                "a repeat" if number in numbers else "not a seed"
+            )
+        numbers.add(number)
         for key in ("test_accuracy", "images_per_second", *SUMMARISED):
             value = seed.get(key)
             if value is None and key in ("test_accuracy", "images_per_second"):

@@ -39,19 +39,22 @@ def test_an_empty_or_cut_metrics_file_is_named_with_the_fix(tmp_path: Path, text
 
 
 SEED = {"seed": 0, "test_accuracy": 0.5, "images_per_second": 100.0, "diverged": False, "devices_used": 1}
+SEED1 = {**SEED, "seed": 1}
 
 
 @pytest.mark.parametrize(
     ("seeds", "why"),
     [
         (
-            [SEED, {k: v for k, v in SEED.items() if k != "test_accuracy"}],
+            [SEED, {k: v for k, v in SEED1.items() if k != "test_accuracy"}],
             "seed entry 1 has no test_accuracy",
         ),
         ([1, 2], "seed entry 0 is 1, not a record"),
-        ([SEED, {**SEED, "test_accuracy": "high"}], "seed entry 1's test_accuracy is 'high', not a number"),
+        ([SEED, {**SEED1, "test_accuracy": "high"}], "seed entry 1's test_accuracy is 'high', not a number"),
         ([], "no list of seeds"),
-        ([SEED, {**SEED, "test_accuracy": -3.0}], "seed entry 1's test_accuracy is -3.0, not in [0, 1]"),
+        ([SEED, {**SEED1, "test_accuracy": -3.0}], "seed entry 1's test_accuracy is -3.0, not in [0, 1]"),
+        ([SEED, {**SEED1, "seed": "zero"}], "seed entry 1's seed is 'zero': not a seed"),
+        ([SEED, SEED1, SEED], "seed entry 2's seed is 0: a repeat"),
         (
             [{**SEED, "images_per_second": float("nan")}],
             "seed entry 0's images_per_second is nan, not in [0, inf]",
@@ -65,7 +68,7 @@ def test_a_metrics_file_with_a_damaged_seed_is_refused_by_compare_and_findings(t
 
     (tmp_path / "metrics").mkdir()
     for variant in ("single-fp32", "single-autocast", "single-autocast_gradscaler"):
-        record = {"variant": variant, "seeds": seeds if variant == "single-autocast" else [SEED, SEED]}
+        record = {"variant": variant, "seeds": seeds if variant == "single-autocast" else [SEED, SEED1]}
         (tmp_path / "metrics" / f"{variant}.json").write_text(json.dumps(record), encoding="utf-8")
     with pytest.raises(ValueError) as err:
         compare(tmp_path / "metrics", ["single-fp32", "single-autocast"], tmp_path / "out")

@@ -505,9 +505,9 @@ def test_variants_outside_the_matrix_are_named_with_the_training_that_fixes_them
     }
     with pytest.raises(mixed.MixedSettingsError) as err:
         mixed.check(records, allow_mixed=False)
-    by_hand = (
+    by_hand = (  # pass H10: then its metrics too
         " (single-tf32: in no stage of params.yaml's `variants`, so by hand: `ampbench train --parallel "
-        "single --precision tf32`)"
+        "single --precision tf32`, then `ampbench evaluate --variants single-tf32`)"
     )
     assert f"re-trains the variants trained otherwise){by_hand}, or compare them anyway" in str(err.value)
     records["single-tf32"]["seeds"][0].update(config_digest="before", settings={"train.epochs": 3})

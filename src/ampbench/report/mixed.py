@@ -107,9 +107,10 @@ def by_hand(records: dict[str, dict]) -> str:
     outside = [variant for variant in records if variant not in study_variants()]
     if not outside:
         return ""
-    commands = ", ".join(
+    commands = ", ".join(  # then evaluate: its metrics file is what a report reads (pass H10)
         "`ampbench train --parallel {} --precision {}`".format(*split_name(variant)) for variant in outside
     )
+    commands += f", then `ampbench evaluate --variants {','.join(outside)}`"
     return f" ({', '.join(outside)}: in no stage of params.yaml's `variants`, so by hand: {commands})"
 
 
