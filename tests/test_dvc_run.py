@@ -203,16 +203,20 @@ def test_a_stop_as_dvc_records_a_finished_stage_lets_it_record_it(monkeypatch, c
     assert err == "SIGINT came after the pipeline's last stage: every stage is done and kept\n", err
 
 
-def _ctrl_c_in_stage_then_next_stage(argv):
+def _next_stage_starts(argv):
     import logging
 
-    from dvc.stage import run
-
-    run._run(run.get_executable(), f"kill -INT {os.getpid()}; sleep 0.2")  # the job's Ctrl-C
     starting = logging.LogRecord("dvc", logging.INFO, __file__, 1, "Running stage '%s':", ("compare",), None)
     for handler in logging.getLogger("dvc").handlers:
         handler.filter(starting)  # what DVC's next stage's first line passes through
     return 0
+
+
+def _ctrl_c_in_stage_then_next_stage(argv):
+    from dvc.stage import run
+
+    run._run(run.get_executable(), f"kill -INT {os.getpid()}; sleep 0.2")  # the job's Ctrl-C
+    return _next_stage_starts(argv)
 
 
 @pytest.mark.usefixtures("_handlers_kept")
@@ -224,15 +228,6 @@ def test_an_inherited_ignore_of_ctrl_c_is_kept_through_a_stage(monkeypatch, caps
     monkeypatch.setattr(dvc.cli, "main", _ctrl_c_in_stage_then_next_stage)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     assert dvc_run.main(["repro"]) == 0 and "SIGINT" not in capsys.readouterr().err
-
-
-def _next_stage_starts(argv):
-    import logging
-
-    starting = logging.LogRecord("dvc", logging.INFO, __file__, 1, "Running stage '%s':", ("compare",), None)
-    for handler in logging.getLogger("dvc").handlers:
-        handler.filter(starting)  # what DVC's next stage's first line passes through
-    return 0
 
 
 @pytest.mark.usefixtures("_handlers_kept")
